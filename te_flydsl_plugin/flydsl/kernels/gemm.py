@@ -1,0 +1,399 @@
+"""The one FlyDSL GEMM family for gfx950: every element format, majorness and output dtype.
+
+``out[M, N] = alpha * sum_k lhs[m, k] * rhs[n, k] (* lhs_scale * rhs_scale) + beta * out``.
+
+A :class:`~.config.KernelConfig` becomes a :class:`GemmParams` (compile-time constants only); M, N,
+K, the leading strides, alpha and beta are runtime arguments, so one compile serves every shape.
+
+Design (docs/kernels.md has the reasons at length):
+
+* 256x256 output tile per workgroup of 8 waves (2 x 4), each wave a 128 x 64 block of 16x16 MFMAs
+  whose fp32 accumulators live in registers for the whole K loop.
+* LDS ping-pong: two stages, each holding one ``[tile, tile_k]`` slice of both operands, filled by
+  direct global->LDS DMA (``buffer_load ... lds``); the load of K tile ``t + 1`` runs while tile
+  ``t`` is multiplied. A runtime loop, so K is not unrolled into the code.
+* K-major operands are stored row-major in LDS with an XOR swizzle on 16-byte chunks (conflict-free
+  ``ds_read_b128`` fragment reads); the others are stored K-outer and read with gfx950's
+  transposing ``ds_read_b64_tr_b16``, which gives TE's NN / NT layouts without any copy.
+* Edges through buffer bounds: every element the tile does not own (rows past M/N, K past K) is
+  loaded through an offset past the buffer resource's size, which the hardware answers with zero,
+  and the matching stores are dropped the same way. So M and N need not be tile multiples and K only
+  a multiple of one 16-byte vector.
+* XCD-aware tile order: the dispatcher deals workgroups round-robin to 8 XCDs; we renumber them so
+  each XCD works on a contiguous range of tiles, grouped ``GROUP_M`` tile rows deep, so neighbouring
+  tiles that share operand rows/columns hit the same XCD's L2.
+"""
+
+from dataclasses import dataclass
+
+import flydsl.compiler as flyc
+import flydsl.expr as fx
+from flydsl._mlir.dialects.fly_rocdl import MmaOpCDNA3_MFMAType
+from flydsl.expr import const_expr, range_constexpr, rocdl
+
+from ...spec import Format
+from .config import KernelConfig
+
+WAVE_SIZE = 64
+DMA_BYTES = 16  # one direct global->LDS transfer per lane
+NUM_XCDS = 8
+GROUP_M = 8
+_OOB_BYTES = 1 << 31  # a byte offset no piece's buffer reaches (the plan keeps spans < 2**31 - 1)
+
+# Format -> (FlyDSL element type name, MFMA shape K). The MFMA per format is the widest gfx950 has.
+_ELEM = {
+    Format.BF16: ("BFloat16", 32),
+    Format.FP16: ("Float16", 32),
+    Format.FP32: ("Float32", 4),
+    Format.FP8_E4M3: ("Float8E4M3FN", 128),
+    Format.FP8_E5M2: ("Float8E5M2", 128),
+}
+_DEFAULT_STREAM = fx.Stream(None)  # the launch's stream when none is given (the executor always gives one)
+_OUT = {Format.FP32: "Float32", Format.BF16: "BFloat16", Format.FP16: "Float16"}
+
+
+@fx.struct
+class GemmParams:
+    """The compile-time constants of one kernel (part of FlyDSL's cache key; never M, N, K)."""
+
+    lhs_elem: fx.Constexpr[str]
+    rhs_elem: fx.Constexpr[str]
+    out_elem: fx.Constexpr[str]
+    lhs_k_major: fx.Constexpr[bool]
+    rhs_k_major: fx.Constexpr[bool]
+    scaled: fx.Constexpr[bool]
+    elem_bytes: fx.Constexpr[int]
+    out_bytes: fx.Constexpr[int]
+    tile_m: fx.Constexpr[int]
+    tile_n: fx.Constexpr[int]
+    tile_k: fx.Constexpr[int]
+    m_waves: fx.Constexpr[int]
+    n_waves: fx.Constexpr[int]
+    mma_k: fx.Constexpr[int]
+    threads: fx.Constexpr[int]
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """Derived sizes of a config, checked once on the host so the kernel body can rely on them."""
+
+    vec: int  # elements per 16-byte vector
+    lhs_loads: int  # DMA transfers per thread per K tile
+    rhs_loads: int
+    lds_bytes: int
+
+
+def params_for(cfg: KernelConfig) -> GemmParams:
+    """Translate a config into kernel constants; raises ValueError for configs the family cannot build."""
+    if cfg.lhs_format not in _ELEM or cfg.rhs_format not in _ELEM:
+        raise ValueError(f"{cfg.name}: operand formats must be one of {[f.value for f in _ELEM]}")
+    if cfg.lhs_format.itemsize != cfg.rhs_format.itemsize or (cfg.lhs_format.is_fp8 != cfg.rhs_format.is_fp8):
+        raise ValueError(f"{cfg.name}: lhs and rhs must share a format family (fp8 kinds may differ)")
+    if not cfg.lhs_format.is_fp8 and cfg.lhs_format != cfg.rhs_format:
+        raise ValueError(f"{cfg.name}: mixed formats exist only between FP8 kinds")
+    if cfg.out_format not in _OUT:
+        raise ValueError(f"{cfg.name}: output must be fp32, bf16 or fp16")
+    if cfg.epilogue != "plain":
+        raise ValueError(f"{cfg.name}: only the plain epilogue is implemented")
+    itemsize = cfg.lhs_format.itemsize
+    if itemsize != 2 and not (cfg.lhs_k_major and cfg.rhs_k_major):
+        raise ValueError(f"{cfg.name}: transposed LDS reads exist for 16-bit formats only; store K-major")
+    m_waves, n_waves = _wave_grid(cfg)
+    mma_k = _ELEM[cfg.lhs_format][1]
+    p = GemmParams(
+        lhs_elem=_ELEM[cfg.lhs_format][0],
+        rhs_elem=_ELEM[cfg.rhs_format][0],
+        out_elem=_OUT[cfg.out_format],
+        lhs_k_major=cfg.lhs_k_major,
+        rhs_k_major=cfg.rhs_k_major,
+        scaled=cfg.lhs_format.is_fp8,
+        elem_bytes=itemsize,
+        out_bytes=cfg.out_format.itemsize,
+        tile_m=cfg.tile_m,
+        tile_n=cfg.tile_n,
+        tile_k=cfg.tile_k,
+        m_waves=m_waves,
+        n_waves=n_waves,
+        mma_k=mma_k,
+        threads=cfg.waves * WAVE_SIZE,
+    )
+    geometry(cfg)  # validates divisibility
+    return p
+
+
+def geometry(cfg: KernelConfig) -> Geometry:
+    """Vector and transfer counts of a config; raises ValueError when the tile does not divide evenly."""
+    itemsize = cfg.lhs_format.itemsize
+    vec = DMA_BYTES // itemsize
+    threads = cfg.waves * WAVE_SIZE
+    mma_k = _ELEM[cfg.lhs_format][1]
+    if cfg.tile_k % mma_k or cfg.tile_k % vec:
+        raise ValueError(f"{cfg.name}: tile_k must be a multiple of {max(mma_k, vec)}")
+    m_waves, n_waves = _wave_grid(cfg)
+    if cfg.tile_m % (m_waves * 16) or cfg.tile_n % (n_waves * 16):
+        raise ValueError(f"{cfg.name}: tiles must be multiples of the wave grid times 16")
+    loads = []
+    for rows in (cfg.tile_m, cfg.tile_n):
+        vectors = rows * cfg.tile_k // vec
+        if vectors % threads:
+            raise ValueError(f"{cfg.name}: a {rows}x{cfg.tile_k} tile is not a whole number of DMA rounds")
+        loads.append(vectors // threads)
+    lds = 2 * (cfg.tile_m + cfg.tile_n) * cfg.tile_k * itemsize
+    return Geometry(vec=vec, lhs_loads=loads[0], rhs_loads=loads[1], lds_bytes=lds)
+
+
+def _wave_grid(cfg: KernelConfig) -> tuple[int, int]:
+    """Waves along M and N: 8 waves as 2 x 4, 4 waves as 2 x 2."""
+    grids = {8: (2, 4), 4: (2, 2)}
+    if cfg.waves not in grids:
+        raise ValueError(f"{cfg.name}: waves must be one of {sorted(grids)}")
+    return grids[cfg.waves]
+
+
+def _log2(x: int) -> int:
+    return x.bit_length() - 1
+
+
+def _lds_layout(rows: int, tile_k: int, vec: int, k_major: bool) -> fx.Layout:
+    """LDS layout of one operand's ``[rows, tile_k]`` slice.
+
+    K-major: row-major with the 16-byte chunk index XOR-ed by the row (mod 8), so the 16 lanes that
+    read one MFMA fragment's rows hit distinct banks. Otherwise K-outer (rows contiguous), the order
+    the data arrives in and ``ds_read_b64_tr_b16`` wants.
+    """
+    if not k_major:
+        return fx.make_ordered_layout((rows, tile_k), (0, 1))
+    chunks = tile_k // vec
+    swz = fx.static(fx.SwizzleType.get(min(3, _log2(chunks)), _log2(vec), _log2(chunks)))
+    return fx.make_composed_layout(swz, fx.make_ordered_layout((rows, tile_k), (1, 0)))
+
+
+def _tile_coords(num_m: fx.Int32, num_n: fx.Int32, pid: fx.Int32) -> tuple[fx.Int32, fx.Int32]:
+    """Output tile (row, column) of workgroup ``pid``: XCD-contiguous, then grouped ``GROUP_M`` rows deep.
+
+    Workgroup ``p`` runs on XCD ``p % 8``; XCD ``x`` receives ``q + (x < r)`` workgroups (``q, r`` =
+    total // 8, total % 8), so ``x * q + min(x, r) + p // 8`` numbers each XCD's share contiguously.
+    It is a bijection for every grid size, so no shape needs a fallback order.
+    """
+    total = num_m * num_n
+    q = total // NUM_XCDS
+    r = total % NUM_XCDS
+    xcd = pid % NUM_XCDS
+    lin = xcd * q + (xcd < r).select(xcd, r) + pid // NUM_XCDS
+    per_group = GROUP_M * num_n
+    first_m = (lin // per_group) * GROUP_M
+    left = num_m - first_m
+    group_rows = (left < GROUP_M).select(left, GROUP_M)
+    within = lin % per_group
+    return first_m + within % group_rows, within // group_rows
+
+
+@flyc.kernel
+def gemm_kernel(
+    out: fx.Tensor,
+    lhs: fx.Tensor,
+    rhs: fx.Tensor,
+    lhs_scale: fx.Tensor,
+    rhs_scale: fx.Tensor,
+    m: fx.Int32,
+    n: fx.Int32,
+    k: fx.Int32,
+    ld_lhs: fx.Int32,
+    ld_rhs: fx.Int32,
+    ld_out: fx.Int32,
+    alpha: fx.Float32,
+    beta: fx.Float32,
+    tiled_mma: fx.TiledMma,
+    p: GemmParams,
+):
+    elem_a = getattr(fx, p.lhs_elem)
+    elem_b = getattr(fx, p.rhs_elem)
+    elem_out = getattr(fx, p.out_elem)
+    tile_m = p.tile_m
+    tile_n = p.tile_n
+    tile_k = p.tile_k
+    threads = p.threads
+    vec = DMA_BYTES // p.elem_bytes
+    k_chunks = tile_k // p.mma_k
+    oob_in = -(_OOB_BYTES // p.elem_bytes)  # wraps to byte offset 2**31 once scaled
+    oob_out = -(_OOB_BYTES // p.out_bytes)
+
+    tid = fx.thread_idx.x
+    num_m = (m + tile_m - 1) // tile_m
+    num_n = (n + tile_n - 1) // tile_n
+    bm, bn = _tile_coords(num_m, num_n, fx.block_idx.x)
+    row0 = bm * tile_m
+    col0 = bn * tile_n
+    k_tiles = (k + tile_k - 1) // tile_k
+
+    @fx.struct
+    class Stages:
+        a: fx.Array[elem_a, 2 * tile_m * tile_k, 16]
+        b: fx.Array[elem_b, 2 * tile_n * tile_k, 16]
+
+    lds = fx.SharedAllocator().allocate(Stages)
+    lds_a = lds.a.peek().ptr
+    lds_b = lds.b.peek().ptr
+
+    a_buf = fx.rocdl.make_buffer_tensor(lhs, max_size=False)
+    b_buf = fx.rocdl.make_buffer_tensor(rhs, max_size=False)
+    o_buf = fx.rocdl.make_buffer_tensor(out, max_size=False)
+
+    a_layout = _lds_layout(tile_m, tile_k, vec, p.lhs_k_major)
+    b_layout = _lds_layout(tile_n, tile_k, vec, p.rhs_k_major)
+
+    dma = fx.make_copy_atom(fx.rocdl.cdna4.BufferLoadAsyncLDS128b(), 128)
+    # The wave's LDS destination is uniform: lane l lands at base + 16 * l.
+    wave_base = rocdl.readfirstlane(fx.Int32.ir_type, fx.Int32(tid // WAVE_SIZE * WAVE_SIZE * vec))
+
+    def fill(lds_stage, src, layout, rows_tile, rows, first_row, ld, k_major, loads, k_tile):
+        """Issue this thread's DMA transfers of one operand's K tile ``k_tile`` into ``lds_stage``."""
+        k0 = k_tile * tile_k
+        for i in range_constexpr(loads):
+            pos = (i * threads + tid) * vec  # LDS element this lane's 16 bytes land on
+            if const_expr(k_major):
+                r = pos // tile_k
+                # The swizzle permutes chunks within a row and is its own inverse: the logical K
+                # column stored at ``pos`` is where ``(r, pos % tile_k)`` maps to.
+                c = fx.get_scalar(fx.crd2idx((r, pos % tile_k), layout)) % tile_k
+                g_row = first_row + r
+                g_k = k0 + c
+                offset = g_row * ld + g_k
+            else:
+                r = pos % rows_tile
+                c = pos // rows_tile
+                g_row = first_row + r
+                g_k = k0 + c
+                offset = g_k * ld + g_row
+            offset = ((g_row < rows) & (g_k < k)).select(offset, oob_in)
+            src_v = fx.make_view(fx.get_iter(src) + offset, fx.make_layout(1, 1))
+            dst_v = fx.make_view(lds_stage + (wave_base + i * threads * vec), fx.make_layout(1, 1))
+            fx.copy_atom_call(dma, src_v, dst_v)
+
+    def fill_stage(stage, k_tile):
+        fill(
+            lds_a + stage * (tile_m * tile_k),
+            a_buf,
+            a_layout,
+            tile_m,
+            m,
+            row0,
+            ld_lhs,
+            p.lhs_k_major,
+            tile_m * tile_k // vec // threads,
+            k_tile,
+        )
+        fill(
+            lds_b + stage * (tile_n * tile_k),
+            b_buf,
+            b_layout,
+            tile_n,
+            n,
+            col0,
+            ld_rhs,
+            p.rhs_k_major,
+            tile_n * tile_k // vec // threads,
+            k_tile,
+        )
+
+    thr_mma = tiled_mma.thr_slice(tid)
+    if const_expr(p.lhs_k_major):
+        s2r_a = fx.make_copy_atom(fx.UniversalCopy(p.elem_bytes * 8 * min(vec, p.mma_k * 16 // 64)), elem_a)
+    else:
+        s2r_a = fx.make_copy_atom(fx.rocdl.cdna4.LDSReadTrans16_64b(), elem_a)
+    if const_expr(p.rhs_k_major):
+        s2r_b = fx.make_copy_atom(fx.UniversalCopy(p.elem_bytes * 8 * min(vec, p.mma_k * 16 // 64)), elem_b)
+    else:
+        s2r_b = fx.make_copy_atom(fx.rocdl.cdna4.LDSReadTrans16_64b(), elem_b)
+    thr_copy_a = fx.make_tiled_copy_A(s2r_a, tiled_mma).get_slice(tid)
+    thr_copy_b = fx.make_tiled_copy_B(s2r_b, tiled_mma).get_slice(tid)
+
+    frag_a = thr_mma.make_fragment_A(fx.make_view(lds_a, a_layout))
+    frag_b = thr_mma.make_fragment_B(fx.make_view(lds_b, b_layout))
+    g_out = fx.flat_divide(o_buf, (tile_m, tile_n))[None, None, 0, 0]
+    acc = thr_mma.make_fragment_C(g_out)
+    acc.fill(0.0)
+    frag_a_copy = thr_copy_a.retile(frag_a)
+    frag_b_copy = thr_copy_b.retile(frag_b)
+
+    def multiply(stage):
+        src_a = thr_copy_a.partition_S(fx.make_view(lds_a + stage * (tile_m * tile_k), a_layout))
+        src_b = thr_copy_b.partition_S(fx.make_view(lds_b + stage * (tile_n * tile_k), b_layout))
+        for kc in range_constexpr(k_chunks):
+            fx.copy(s2r_b, src_b[None, None, kc], frag_b_copy[None, None, kc])
+            fx.copy(s2r_a, src_a[None, None, kc], frag_a_copy[None, None, kc])
+            fx.gemm(tiled_mma, acc, frag_a[None, None, kc], frag_b[None, None, kc], acc)
+
+    # Ping-pong: the barrier after the wait both publishes tile t and proves every wave has finished
+    # reading the stage that the next fill overwrites (it was read in iteration t - 1).
+    fill_stage(0, 0)
+    for t in range(0, k_tiles - 1, 1):
+        rocdl.s_waitcnt(vmcnt=0)
+        rocdl.s_barrier()
+        fill_stage((t + 1) % 2, t + 1)
+        multiply(t % 2)
+    rocdl.s_waitcnt(vmcnt=0)
+    rocdl.s_barrier()
+    multiply((k_tiles + 1) % 2)
+
+    scale = alpha
+    if const_expr(p.scaled):
+        sa = fx.rocdl.make_buffer_tensor(lhs_scale, max_size=False)
+        sb = fx.rocdl.make_buffer_tensor(rhs_scale, max_size=False)
+        scale = alpha * sa[0] * sb[0]
+
+    rows_of = thr_mma.partition_C(fx.make_view(0, fx.make_layout((tile_m, tile_n), (1, 0))))
+    cols_of = thr_mma.partition_C(fx.make_view(0, fx.make_layout((tile_m, tile_n), (0, 1))))
+    o_lin = fx.make_view(fx.get_iter(o_buf), fx.make_layout(1, 1))
+    count = fx.size(acc.shape).unpack()
+
+    def out_offset(i):
+        g_row = row0 + fx.get_scalar(rows_of[i])
+        g_col = col0 + fx.get_scalar(cols_of[i])
+        return ((g_row < m) & (g_col < n)).select(g_row * ld_out + g_col, oob_out)
+
+    if beta == 0.0:
+        for i in range_constexpr(count):
+            fx.make_view(fx.get_iter(o_lin) + out_offset(i), fx.make_layout(1, 1))[0] = (acc[i] * scale).to(
+                elem_out
+            )
+    else:
+        for i in range_constexpr(count):
+            dst = fx.make_view(fx.get_iter(o_lin) + out_offset(i), fx.make_layout(1, 1))
+            dst[0] = (acc[i] * scale + dst[0].to(fx.Float32) * beta).to(elem_out)
+
+
+def make_tiled_mma(p: GemmParams) -> fx.TiledMma:
+    """The 2 x 4 wave grid of 16x16 MFMAs; FP8 kinds per operand map onto the MFMA's cbsz/blgp."""
+    elem_a = getattr(fx, p.lhs_elem)
+    elem_b = getattr(fx, p.rhs_elem)
+    atom = fx.make_mma_atom(
+        MmaOpCDNA3_MFMAType.get(16, 16, p.mma_k, elem_a.ir_type, elem_b.ir_type, fx.Float32.ir_type)
+    )
+    return fx.make_tiled_mma(atom, fx.make_layout((p.m_waves, p.n_waves, 1), (p.n_waves, 1, 0)))
+
+
+@flyc.jit
+def gemm_launch(
+    out: fx.Tensor,
+    lhs: fx.Tensor,
+    rhs: fx.Tensor,
+    lhs_scale: fx.Tensor,
+    rhs_scale: fx.Tensor,
+    m: fx.Int32,
+    n: fx.Int32,
+    k: fx.Int32,
+    ld_lhs: fx.Int32,
+    ld_rhs: fx.Int32,
+    ld_out: fx.Int32,
+    alpha: fx.Float32,
+    beta: fx.Float32,
+    p: GemmParams,
+    stream: fx.Stream = _DEFAULT_STREAM,
+):
+    """Host side: one workgroup per output tile, on ``stream``."""
+    tiles = ((m + p.tile_m - 1) // p.tile_m) * ((n + p.tile_n - 1) // p.tile_n)
+    gemm_kernel._known_block_size = [p.threads, 1, 1]
+    mma = make_tiled_mma(p)
+    args = (out, lhs, rhs, lhs_scale, rhs_scale, m, n, k, ld_lhs, ld_rhs, ld_out, alpha, beta, mma, p)
+    gemm_kernel(*args).launch(grid=(tiles, 1, 1), block=(p.threads, 1, 1), stream=stream)
