@@ -135,7 +135,7 @@ class _Counting:
 def test_scale_cache_reuses_only_unchanged_storage() -> None:
     cache, pack = mx.ScaleCache(), _Counting()
     rows, k = 64, 32 * 8
-    w, truth = te_scales(rows, k, 1)
+    w, _ = te_scales(rows, k, 1)
     first = cache.get_or_pack(w, rows, k, 1, pack)
     assert cache.get_or_pack(w, rows, k, 1, pack) is first and pack.calls == 1
     # An optimizer-style in-place update of the weight's scales must never be served stale.
