@@ -203,6 +203,7 @@ class GemmProblem:
     out_matches: bool = True  # D (when given) has out_shape's element count and out_dtype
     bias: bool = False
     bias_dtype: Format | None = None
+    bias_numel: int = 0
     gelu: bool = False
     grad: bool = False
     accumulate: bool = False
@@ -212,6 +213,7 @@ class GemmProblem:
     output_quantizer: bool = False
     comm_overlap: bool = False
     arch: str = ""
+    device_type: str = ""  # where the operands live: "cuda", "cpu", "meta"
     shape_error: str = ""  # non-empty when the operands are inconsistent (TE raises for these)
 
     @property
@@ -260,16 +262,18 @@ class GemmProblem:
             "output_quantizer": self.output_quantizer,
             "comm_overlap": self.comm_overlap,
             "arch": self.arch,
+            "device_type": self.device_type,
         }
 
 
 @dataclass(frozen=True)
 class CapabilityRow:
-    """One row of a capability matrix: an operand-format pair and everything allowed with it.
+    """One row of a capability matrix: an operand-format pair (TE's A, TE's B) and what is allowed with it.
 
-    ``kernel`` names the compiled kernel config that backs the row on its target arch; ``backed`` says
-    whether that kernel exists and passed its compile + emulator checks. Executors that run compiled
-    code only accept backed rows; the reference executor accepts every row.
+    ``kernel`` names the kernel config family that backs the row on its target arch. ``backed`` lists
+    the (layout, output format, epilogue) combinations for which a compiled kernel exists and passed
+    its compile, ISA and emulator checks. Executors that run compiled code accept only those; the
+    reference executor accepts everything the row allows.
     """
 
     a_format: Format
@@ -279,9 +283,11 @@ class CapabilityRow:
     epilogues: tuple[str, ...]
     k_multiple: int
     kernel: str
-    backed: bool
-    backed_epilogues: tuple[str, ...] = ("plain",)
+    backed: tuple[tuple[Layout, Format, str], ...] = ()
     notes: str = ""
+
+    def is_backed(self, layout: Layout, out: Format, epilogue: str) -> bool:
+        return (layout, out, epilogue) in self.backed
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -292,8 +298,9 @@ class CapabilityRow:
             "epilogues": list(self.epilogues),
             "k_multiple": self.k_multiple,
             "kernel": self.kernel,
-            "backed": self.backed,
-            "backed_epilogues": list(self.backed_epilogues),
+            "backed": [
+                {"layout": lay.value, "out_dtype": o.value, "epilogue": e} for lay, o, e in self.backed
+            ],
             "notes": self.notes,
         }
 

@@ -28,7 +28,6 @@ from dataclasses import dataclass
 
 import flydsl.compiler as flyc
 import flydsl.expr as fx
-from flydsl._mlir.dialects.fly_rocdl import MmaOpCDNA3_MFMAType
 from flydsl.expr import const_expr, range_constexpr, rocdl
 
 from ...spec import Format
@@ -38,6 +37,7 @@ WAVE_SIZE = 64
 DMA_BYTES = 16  # one direct global->LDS transfer per lane
 NUM_XCDS = 8
 GROUP_M = 8
+_UNIT_SCALE = 127  # E8M0 encoding of 1.0
 _OOB_BYTES = 1 << 31  # a byte offset no piece's buffer reaches (the plan keeps spans < 2**31 - 1)
 
 # Format -> (FlyDSL element type name, MFMA shape K). The MFMA per format is the widest gfx950 has.
@@ -56,6 +56,7 @@ _OUT = {Format.FP32: "Float32", Format.BF16: "BFloat16", Format.FP16: "Float16"}
 class GemmParams:
     """The compile-time constants of one kernel (part of FlyDSL's cache key; never M, N, K)."""
 
+    name: fx.Constexpr[str]
     lhs_elem: fx.Constexpr[str]
     rhs_elem: fx.Constexpr[str]
     out_elem: fx.Constexpr[str]
@@ -101,6 +102,7 @@ def params_for(cfg: KernelConfig) -> GemmParams:
     m_waves, n_waves = _wave_grid(cfg)
     mma_k = _ELEM[cfg.lhs_format][1]
     p = GemmParams(
+        name=cfg.name,
         lhs_elem=_ELEM[cfg.lhs_format][0],
         rhs_elem=_ELEM[cfg.rhs_format][0],
         out_elem=_OUT[cfg.out_format],
@@ -364,12 +366,19 @@ def gemm_kernel(
 
 
 def make_tiled_mma(p: GemmParams) -> fx.TiledMma:
-    """The 2 x 4 wave grid of 16x16 MFMAs; FP8 kinds per operand map onto the MFMA's cbsz/blgp."""
+    """The wave grid of 16x16 MFMAs.
+
+    FP8 goes through gfx950's f8f6f4 MFMA, whose per-operand format codes (cbsz / blgp) take E4M3
+    and E5M2 independently, so mixed FP8 needs no conversion. Its block scales are pinned to E8M0
+    1.0 (``_UNIT_SCALE``): the per-tensor scales are applied once, in the epilogue.
+    """
     elem_a = getattr(fx, p.lhs_elem)
     elem_b = getattr(fx, p.rhs_elem)
-    atom = fx.make_mma_atom(
-        MmaOpCDNA3_MFMAType.get(16, 16, p.mma_k, elem_a.ir_type, elem_b.ir_type, fx.Float32.ir_type)
-    )
+    if const_expr(p.scaled):
+        atom = fx.make_mma_atom(fx.rocdl.cdna4.MFMA_Scale(16, 16, p.mma_k, elem_a, elem_b))
+        atom = atom.set_value({"scale_a": fx.Int32(_UNIT_SCALE), "scale_b": fx.Int32(_UNIT_SCALE)})
+    else:
+        atom = fx.make_mma_atom(fx.rocdl.MFMA(16, 16, p.mma_k, elem_a))
     return fx.make_tiled_mma(atom, fx.make_layout((p.m_waves, p.n_waves, 1), (p.n_waves, 1, 0)))
 
 
@@ -393,7 +402,9 @@ def gemm_launch(
 ):
     """Host side: one workgroup per output tile, on ``stream``."""
     tiles = ((m + p.tile_m - 1) // p.tile_m) * ((n + p.tile_n - 1) // p.tile_n)
+    # The code object's kernel symbol is the config name, so reports and the emulator can find it.
     gemm_kernel._known_block_size = [p.threads, 1, 1]
+    gemm_kernel._func.__name__ = p.name
     mma = make_tiled_mma(p)
     args = (out, lhs, rhs, lhs_scale, rhs_scale, m, n, k, ld_lhs, ld_rhs, ld_out, alpha, beta, mma, p)
     gemm_kernel(*args).launch(grid=(tiles, 1, 1), block=(p.threads, 1, 1), stream=stream)

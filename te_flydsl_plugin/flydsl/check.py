@@ -1,0 +1,156 @@
+"""``check(problem, executor)``: the FlyDSL backend's verdict, derived from the capability matrix.
+
+Pure and total: it reads only the problem and the matrix, never raises, and lists every reason that
+applies (not just the first), each with the field it is about.
+"""
+
+from __future__ import annotations
+
+from ..spec import Capabilities, Format, GemmProblem, Layout, Reason, ReasonCode, Verdict
+from . import matrix
+
+# Which storage each TE operand is read from, per layout, for FP8 and MXFP8 (matrix RULES say it in words).
+# True: rowwise data (K-major for TE's A in TN, for B in TN/NN); False: the transpose / columnwise copy.
+QUANT_STORAGE: dict[Layout, tuple[bool, bool]] = {
+    Layout.TN: (True, True),
+    Layout.NN: (False, True),
+    Layout.NT: (False, False),
+}
+COMPILED_EXECUTORS = ("flydsl", "emulator")
+
+
+def _expected_bias_numel(p: GemmProblem) -> int:
+    return p.m if p.epilogue == "bgrad" else p.n
+
+
+def check(problem: GemmProblem, executor: str, caps: Capabilities | None = None) -> Verdict:
+    caps = caps or matrix.capabilities()
+    p = problem
+    why: list[Reason] = []
+
+    def no(code: ReasonCode, message: str, field: str) -> None:
+        why.append(Reason(code, message, field))
+
+    if p.shape_error:
+        no(ReasonCode.SHAPE, f"inconsistent operands, left to TE: {p.shape_error}", "shape")
+    if executor == "flydsl" and p.arch not in caps.archs:
+        no(
+            ReasonCode.ARCH,
+            f"compiled FlyDSL kernels target {', '.join(caps.archs)}; this device is {p.arch}",
+            "arch",
+        )
+    if executor == "emulator" and p.device_type not in ("cpu", ""):
+        no(
+            ReasonCode.FEATURE,
+            f"the emulator executor runs CPU tensors; these are on {p.device_type}",
+            "device",
+        )
+
+    for name, op in (("a", p.a), ("b", p.b)):
+        if op.format in (Format.OTHER, Format.NVFP4, Format.FP8_BLOCK):
+            detail = f" ({op.detail})" if op.detail else ""
+            no(
+                ReasonCode.FORMAT,
+                f"operand {name.upper()} is {op.format.value}{detail}: not supported",
+                f"{name}_format",
+            )
+    row = caps.row(p.a.format, p.b.format)
+    formats_known = not any(r.field in ("a_format", "b_format") for r in why)
+    if row is None and formats_known:
+        no(
+            ReasonCode.FORMAT,
+            f"no kernel for A={p.a.format.value} with B={p.b.format.value} (mixed families unsupported)",
+            "formats",
+        )
+    if p.layout is Layout.TT:
+        no(ReasonCode.LAYOUT, "layout TT is not supported (TE rejects it too)", "layout")
+    if p.out_dtype not in matrix.OUT_FORMATS:
+        no(
+            ReasonCode.FORMAT,
+            f"output dtype {p.out_dtype.value} not supported (fp32, bf16, fp16)",
+            "out_dtype",
+        )
+
+    epi = p.epilogue
+    if p.layout is not Layout.TT and p.layout not in matrix.EPILOGUE_LAYOUTS[epi]:
+        where = ", ".join(x.value for x in matrix.EPILOGUE_LAYOUTS[epi])
+        no(
+            ReasonCode.EPILOGUE,
+            f"fused epilogue {epi} is supported in {where}, not {p.layout.value}",
+            "epilogue",
+        )
+    if p.bias:
+        if p.bias_dtype not in matrix.BIAS_FORMATS:
+            no(ReasonCode.EPILOGUE, f"bias dtype {p.bias_dtype} not supported", "bias")
+        if not p.shape_error and p.bias_numel != _expected_bias_numel(p):
+            no(
+                ReasonCode.SHAPE,
+                f"bias has {p.bias_numel} elements, {epi} needs {_expected_bias_numel(p)}",
+                "bias",
+            )
+    if p.output_quantizer:
+        no(ReasonCode.FEATURE, "output quantization (quantizer given) is not supported", "quantizer")
+    if p.comm_overlap:
+        no(
+            ReasonCode.FEATURE,
+            "comm+GEMM overlap (comm_overlap/comm_type/extra_output/bulk_overlap) is not supported",
+            "comm_overlap",
+        )
+
+    if row is not None and p.layout is not Layout.TT:
+        _check_shape(p, row.k_multiple, no)
+        _check_storage(p, no)
+        if executor in COMPILED_EXECUTORS and not why and not row.is_backed(p.layout, p.out_dtype, epi):
+            no(
+                ReasonCode.KERNEL,
+                f"no compiled gfx950 kernel backs {row.kernel} {p.layout.value} -> {p.out_dtype.value} "
+                f"with epilogue {epi} yet",
+                "kernel",
+            )
+    if not p.a.contiguous or not p.b.contiguous:
+        no(ReasonCode.ALIGNMENT, "operands must be contiguous", "contiguous")
+    if p.out_given and not p.out_contiguous:
+        no(ReasonCode.ALIGNMENT, "a given D must be contiguous", "out")
+    return Verdict(tuple(why))
+
+
+def _check_shape(p: GemmProblem, k_multiple: int, no) -> None:
+    if min(p.m, p.n, p.k) <= 0:
+        no(ReasonCode.SIZE, f"empty GEMM (m={p.m}, n={p.n}, k={p.k}) is left to TE", "shape")
+        return
+    if max(p.m, p.n, p.k) > matrix.MAX_DIM:
+        no(ReasonCode.SIZE, f"a dimension exceeds {matrix.MAX_DIM}", "shape")
+    if p.k % k_multiple:
+        no(ReasonCode.ALIGNMENT, f"K={p.k} is not a multiple of {k_multiple} for {p.a.format.value}", "k")
+    # Operands that are not K-major are read along their other dim: it needs full vectors too.
+    if not p.a.format.is_fp8 and p.layout in (Layout.NN, Layout.NT):
+        vec = 16 if p.a.format.is_mx else k_multiple
+        if p.n % vec:
+            no(
+                ReasonCode.ALIGNMENT,
+                f"N={p.n} is not a multiple of {vec} (A is read N-major in {p.layout.value})",
+                "n",
+            )
+    if not p.b.format.is_fp8 and p.layout is Layout.NT:
+        vec = 16 if p.b.format.is_mx else k_multiple
+        if p.m % vec:
+            no(ReasonCode.ALIGNMENT, f"M={p.m} is not a multiple of {vec} (B is read M-major in NT)", "m")
+
+
+def _check_storage(p: GemmProblem, no) -> None:
+    a_rowwise, b_rowwise = QUANT_STORAGE[p.layout]
+    for name, op, rowwise in (("A", p.a, a_rowwise), ("B", p.b, b_rowwise)):
+        if not op.format.is_quantized:
+            continue
+        have = op.rowwise if rowwise else op.columnwise
+        if not have:
+            what = (
+                ("data" if rowwise else "transpose")
+                if op.format.is_fp8
+                else ("rowwise" if rowwise else "columnwise")
+            )
+            no(
+                ReasonCode.LAYOUT,
+                f"{p.layout.value} reads {name}'s {what} storage, which this operand lacks",
+                f"{name.lower()}_storage",
+            )

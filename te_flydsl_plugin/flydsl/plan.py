@@ -1,0 +1,199 @@
+"""Build the plan: per layout and format, which storage the kernel reads, M/N/K, scales, output, pieces.
+
+Only views are made here (no copies): TE's stored FP8 transposes are used instead of transposing,
+MXFP8 picks rowwise or columnwise storage so the blocked dim is K, and the output is D itself (or a
+fresh tensor in TE's output shape). Launches are split into pieces so no buffer a launch addresses
+spans more than 2**31 - 1 bytes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..operands import Fp8Operand, MXFP8Operand
+from ..spec import Format, GemmCall, GemmProblem, Layout
+from . import matrix
+from .check import QUANT_STORAGE
+from .kernels.config import KernelConfig
+from .plan_types import GemmPlan, KernelOperand, Piece
+
+# Rows per piece are kept multiples of the output tile, so pieces never split a tile.
+_PIECE_ALIGN = 256
+
+
+def _plain(t: torch.Tensor, k_major: bool, rows: int, k: int) -> KernelOperand:
+    shape = (rows, k) if k_major else (k, rows)
+    fmt = {torch.float32: Format.FP32, torch.float16: Format.FP16, torch.bfloat16: Format.BF16}[t.dtype]
+    return KernelOperand(t.view(shape), fmt, k_major, "tensor")
+
+
+def _fp8(op: Fp8Operand, use_data: bool, rows: int, k: int) -> KernelOperand:
+    # K-major either way: ``data`` is [rows, K] where the layout reads it so, else the transpose is.
+    t = op.data if use_data else op.transpose
+    return KernelOperand(
+        t.view(rows, k), op.format, True, "data" if use_data else "transpose", scale_inv=op.scale_inv
+    )
+
+
+def _mx(op: MXFP8Operand, rowwise: bool, rows: int, k: int, pack: Any) -> KernelOperand:
+    if rowwise:
+        data, scales = op.rowwise_data.view(rows, k), op.rowwise_scale_inv
+    else:
+        data, scales = op.columnwise_data.view(k, rows), op.columnwise_scale_inv
+    packed = pack(scales, rows, k, 1 if rowwise else 0)
+    return KernelOperand(data, op.format, rowwise, "rowwise" if rowwise else "columnwise", mx_scales=packed)
+
+
+def operand(v: Any, layout: Layout, is_a: bool, rows: int, k: int, pack: Any = None) -> KernelOperand:
+    """The kernel-facing form of TE's A (``is_a``: the output-column side) or B (the row side)."""
+    a_rowwise, b_rowwise = QUANT_STORAGE[layout]
+    rowwise = a_rowwise if is_a else b_rowwise
+    if isinstance(v, Fp8Operand):
+        return _fp8(v, rowwise, rows, k)
+    if isinstance(v, MXFP8Operand):
+        return _mx(v, rowwise, rows, k, pack or _default_pack())
+    # Plain tensors: A is K-major in TN only, B in TN and NN.
+    k_major = layout is Layout.TN if is_a else layout is not Layout.NT
+    return _plain(v, k_major, rows, k)
+
+
+def _default_pack() -> Any:
+    from .mx_layout import pack_scales
+
+    return pack_scales
+
+
+def _torch_dtype(fmt: Format) -> torch.dtype:
+    return {Format.FP32: torch.float32, Format.FP16: torch.float16, Format.BF16: torch.bfloat16}[fmt]
+
+
+def _span(rows: int, cols: int, pitch: int, itemsize: int) -> int:
+    """Bytes a ``rows x cols`` window of a row-major array with ``pitch`` spans."""
+    return 0 if rows == 0 or cols == 0 else ((rows - 1) * pitch + cols) * itemsize
+
+
+def _shrink(n: int, align: int) -> int:
+    half = (n + 1) // 2
+    return max(align, (half + align - 1) // align * align) if half > align else max(1, half)
+
+
+def split(
+    m: int,
+    n: int,
+    k: int,
+    lhs: KernelOperand,
+    rhs: KernelOperand,
+    out_itemsize: int,
+    k_align: int,
+    limit: int,
+) -> tuple[Piece, ...]:
+    """Pieces covering the ``m x n`` output (and K) so every window a piece addresses fits ``limit`` bytes."""
+    pm, pn, pk = m, n, k
+    ls, rs = max(lhs.format.itemsize, 1), max(rhs.format.itemsize, 1)
+    for _ in range(256):
+        spans = {
+            "lhs": _span(pm, pk, k, ls) if lhs.k_major else _span(pk, pm, m, ls),
+            "rhs": _span(pn, pk, k, rs) if rhs.k_major else _span(pk, pn, n, rs),
+            "out": _span(pm, pn, n, out_itemsize),
+        }
+        over = [name for name, s in spans.items() if s > limit]
+        if not over:
+            break
+        name = over[0]
+        if name == "out":
+            if pm > 1:
+                pm = _shrink(pm, _PIECE_ALIGN)
+            else:
+                pn = _shrink(pn, _PIECE_ALIGN)
+        elif (name == "lhs" and lhs.k_major and pm > 1) or (name == "rhs" and rhs.k_major and pn > 1):
+            # Fewer rows of a K-major operand shrink its window, unless a single row is already too big.
+            if name == "lhs":
+                pm = _shrink(pm, _PIECE_ALIGN)
+            else:
+                pn = _shrink(pn, _PIECE_ALIGN)
+        else:
+            pk = _shrink(pk, k_align)
+    else:  # pragma: no cover - the loop halves a dimension each time; 256 halvings exhaust any int64
+        raise AssertionError("piece split did not converge")
+    return tuple(
+        Piece(m0, min(m0 + pm, m), n0, min(n0 + pn, n), k0, min(k0 + pk, k))
+        for m0 in range(0, m, pm)
+        for n0 in range(0, n, pn)
+        for k0 in range(0, k, pk)
+    )
+
+
+def config_for(problem: GemmProblem, lhs: KernelOperand, rhs: KernelOperand) -> KernelConfig:
+    """The kernel config a plan uses (tiles by the kernel family's heuristic when it has one)."""
+    cfg = KernelConfig(lhs.format, rhs.format, lhs.k_major, rhs.k_major, problem.out_dtype, problem.epilogue)
+    try:
+        from .kernels.select import select
+    except ImportError:
+        return cfg
+    return select(cfg, problem.m, problem.n, problem.k)
+
+
+def build(
+    problem: GemmProblem, call: GemmCall, limit: int = matrix.MAX_LAUNCH_BYTES, pack: Any = None
+) -> GemmPlan:
+    """The plan for a problem ``check`` accepted; ``call.A``/``call.B`` are operand views."""
+    p = problem
+    rhs = operand(call.A, p.layout, True, p.n, p.k, pack)
+    lhs = operand(call.B, p.layout, False, p.m, p.k, pack)
+    out_dtype = _torch_dtype(p.out_dtype)
+    device = lhs.data.device
+    d = call.D if call.D is not None else torch.empty(p.out_shape, dtype=out_dtype, device=device)
+    out = d.view(p.m, p.n)
+    gelu_aux = None
+    if p.gelu:
+        aux = call.gelu_in
+        if aux is None:  # fprop: the pre-activation comes back as gelu_input
+            aux = torch.empty(p.out_shape, dtype=out_dtype, device=device)
+        gelu_aux = aux.view(p.m, p.n)
+    bias = call.bias.view(-1) if p.bias and not p.grad else None
+    bias_grad = torch.empty_like(call.bias).view(-1) if p.bias and p.grad else None
+    k_align = matrix.MX_K_MULTIPLE * 16 if lhs.format.is_mx else max(matrix.K_MULTIPLE.get(lhs.format, 1), 1)
+    pieces = split(p.m, p.n, p.k, lhs, rhs, out.element_size(), k_align, limit)
+    return GemmPlan(
+        problem=p,
+        config=config_for(p, lhs, rhs),
+        lhs=lhs,
+        rhs=rhs,
+        out=out,
+        alpha=p.alpha,
+        beta=p.beta,
+        pieces=pieces,
+        bias=bias,
+        gelu_aux=gelu_aux,
+        bias_grad=bias_grad,
+    )
+
+
+def results(plan: GemmPlan, call: GemmCall) -> list[Any]:
+    """What ``generic_gemm`` returns: ``[D, bias_grad, gelu_input, extra_output]``."""
+    p = plan.problem
+    d = call.D if call.D is not None else plan.out.view(p.out_shape)
+    gelu_input = None
+    if p.gelu:
+        gelu_input = call.gelu_in if call.gelu_in is not None else plan.gelu_aux.view(p.out_shape)
+    return [d, plan.bias_grad, gelu_input, None]
+
+
+def launch_spans(plan: GemmPlan) -> list[dict[str, int]]:
+    """Bytes each piece's windows span (for the size tests and ``check --json``)."""
+    m, n, k = plan.problem.m, plan.problem.n, plan.problem.k
+    ls, rs = max(plan.lhs.format.itemsize, 1), max(plan.rhs.format.itemsize, 1)
+    out_es = plan.out.element_size()
+    spans = []
+    for pc in plan.pieces:
+        pm, pn, pk = pc.m1 - pc.m0, pc.n1 - pc.n0, pc.k1 - pc.k0
+        spans.append(
+            {
+                "lhs": _span(pm, pk, k, ls) if plan.lhs.k_major else _span(pk, pm, m, ls),
+                "rhs": _span(pn, pk, k, rs) if plan.rhs.k_major else _span(pk, pn, n, rs),
+                "out": _span(pm, pn, n, out_es),
+            }
+        )
+    return spans

@@ -1,0 +1,132 @@
+"""The FlyDSL backend as a plugin: registered through the entry point like any third-party backend.
+
+``pyproject.toml`` names this module under ``transformer_engine.gemm_backends``; the host's registry
+loads it and calls :func:`te_gemm_backends`. Nothing here imports ``flydsl`` at import time: the
+compiled-kernel executor imports it lazily, only when it runs.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import threading
+from typing import Any
+
+from ..spec import Capabilities, GemmCall, GemmProblem, Reason, ReasonCode, Verdict, hookimpl
+from . import check as _check
+from . import matrix
+from .executors import EXECUTORS
+
+__version__ = "0.1.0"
+
+
+def _has_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+class FlydslBackend:
+    """FlyDSL GEMMs for gfx950; ``executor`` picks compiled kernels, the emulator or the torch reference."""
+
+    name = "flydsl"
+    version = __version__
+
+    def __init__(self, executor: str | None = None):
+        self._lock = threading.Lock()
+        self.requested = (executor or os.environ.get("NVTE_FLYDSL_EXECUTOR") or "auto").strip().lower()
+        self._availability: Verdict | None = None
+        self._resolved = ""
+
+    def select_executor(self, executor: str) -> None:
+        """Switch executor (tests and tools); availability is re-evaluated on next use."""
+        with self._lock:
+            self.requested = executor.strip().lower()
+            self._availability = None
+            self._resolved = ""
+
+    @property
+    def executor(self) -> str:
+        """The executor actually used: ``auto`` resolved to ``flydsl`` (on gfx950) or kept as ``auto``."""
+        self.availability()
+        return self._resolved
+
+    def capabilities(self) -> Capabilities:
+        return matrix.capabilities()
+
+    def availability(self) -> Verdict:
+        with self._lock:
+            if self._availability is None:
+                self._resolved, self._availability = self._evaluate()
+            return self._availability
+
+    def _evaluate(self) -> tuple[str, Verdict]:
+        ex = self.requested
+        if ex not in EXECUTORS:
+            return ex, Verdict.no(
+                Reason(
+                    ReasonCode.UNAVAILABLE,
+                    f"NVTE_FLYDSL_EXECUTOR={ex!r} is not one of {', '.join(EXECUTORS)}",
+                    "executor",
+                )
+            )
+        if ex == "reference":
+            return ex, Verdict.yes()
+        if ex == "emulator":
+            missing = [m for m in ("flydsl", "te_flydsl_plugin.flydsl.emulator") if not _has_module(m)]
+            from .toolchain import find_ld_lld
+
+            if find_ld_lld() is None:
+                missing.append("ld.lld >= 18 (apt-get install lld-22)")
+            if missing:
+                return ex, Verdict.no(
+                    Reason(
+                        ReasonCode.UNAVAILABLE, f"emulator executor needs {', '.join(missing)}", "executor"
+                    )
+                )
+            return ex, Verdict.yes()
+        from ..host.device import current_arch
+
+        arch = current_arch()
+        problems = []
+        if arch not in matrix.ARCHS:
+            problems.append(f"no gfx950 device here (current device: {arch})")
+        if not _has_module("flydsl"):
+            problems.append("the flydsl package is not installed")
+        if not problems:
+            return "flydsl", Verdict.yes()
+        hint = "" if ex == "flydsl" else "; NVTE_FLYDSL_EXECUTOR=reference runs the same plans with torch"
+        return ex, Verdict.no(
+            Reason(
+                ReasonCode.UNAVAILABLE,
+                f"compiled FlyDSL kernels cannot run: {'; '.join(problems)}{hint}",
+                "executor",
+            )
+        )
+
+    def check(self, problem: GemmProblem) -> Verdict:
+        return _check.check(problem, self.executor or self.requested)
+
+    def run(self, problem: GemmProblem, call: GemmCall) -> list[Any]:
+        from . import executors, plan
+
+        p = plan.build(problem, call)
+        executors.run(p, self.executor)
+        return plan.results(p, call)
+
+
+_backend: FlydslBackend | None = None
+
+
+def backend() -> FlydslBackend:
+    """The process-wide backend object (one per process, so executor state is shared)."""
+    global _backend
+    if _backend is None:
+        _backend = FlydslBackend()
+    return _backend
+
+
+@hookimpl
+def te_gemm_backends() -> list[FlydslBackend]:
+    return [backend()]

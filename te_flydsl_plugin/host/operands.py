@@ -1,0 +1,172 @@
+"""From whatever object a GEMM call passes to an operand view the host and backends understand.
+
+A view is a ``torch.Tensor``, an :class:`~te_flydsl_plugin.operands.Fp8Operand`, an
+:class:`~te_flydsl_plugin.operands.MXFP8Operand`, or :class:`Unsupported` (an operand no backend
+handles: NVFP4, blockwise FP8, an unknown wrapper). Framework seams register converters for their
+tensor classes (TE's are registered by ``host/te.py``); lookups are by exact type first, then by MRO,
+and cached, so the per-call cost is one dict lookup plus the converter.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import torch
+
+from ..operands import Fp8Operand, MXFP8Operand
+from ..spec import Format, OperandSpec
+
+
+class Unsupported(NamedTuple):
+    """An operand no backend can take; ``detail`` says what it was."""
+
+    format: Format
+    shape: tuple[int, ...]
+    detail: str
+
+
+View = torch.Tensor | Fp8Operand | MXFP8Operand | Unsupported
+Converter = Callable[[Any], View]
+
+_TORCH_FORMATS: dict[Any, Format] = {
+    torch.float32: Format.FP32,
+    torch.float16: Format.FP16,
+    torch.bfloat16: Format.BF16,
+}
+_dtype_formats: dict[Any, Format] = dict(_TORCH_FORMATS)
+_converters: dict[type, Converter] = {}
+_lock = threading.Lock()
+
+
+def _identity(x: Any) -> View:
+    return x
+
+
+for _cls in (torch.Tensor, torch.nn.Parameter, Fp8Operand, MXFP8Operand, Unsupported):
+    _converters[_cls] = _identity
+
+
+def register(cls: type, to_view: Converter) -> None:
+    """Teach the host a tensor class: ``to_view(obj)`` must be cheap (no sync, no copy, no env)."""
+    with _lock:
+        _converters[cls] = to_view
+        # Forget MRO-derived entries: a new registration may be more specific for some subclass.
+        for k in [k for k, v in _converters.items() if getattr(v, "_derived", False)]:
+            del _converters[k]
+
+
+def register_dtype(value: Any, fmt: Format) -> None:
+    """Name a framework dtype value (e.g. TE's ``tex.DType.kBFloat16``) as a Format."""
+    _dtype_formats[value] = fmt
+
+
+def format_of_dtype(value: Any) -> Format:
+    """The Format of a torch dtype or a registered framework dtype; ``OTHER`` when unknown."""
+    try:
+        return _dtype_formats.get(value, Format.OTHER)
+    except TypeError:  # unhashable
+        return Format.OTHER
+
+
+def torch_dtype_of(fmt: Format) -> torch.dtype | None:
+    for dt, f in _TORCH_FORMATS.items():
+        if f is fmt:
+            return dt
+    return None
+
+
+def _unknown(x: Any) -> View:
+    shape = getattr(x, "shape", ())
+    try:
+        shape = tuple(int(s) for s in shape)
+    except (TypeError, ValueError):
+        shape = ()
+    return Unsupported(
+        Format.OTHER, shape, f"unrecognised operand type {type(x).__module__}.{type(x).__qualname__}"
+    )
+
+
+def view(x: Any) -> View:
+    """The view of one operand; never raises for an unknown class (it becomes Unsupported)."""
+    conv = _converters.get(type(x))
+    if conv is None:
+        conv = _resolve(type(x))
+    return conv(x)
+
+
+def _resolve(cls: type) -> Converter:
+    found: Converter = _unknown
+    for base in cls.__mro__[1:]:
+        if base in _converters and not getattr(_converters[base], "_derived", False):
+            found = _converters[base]
+            break
+
+    def derived(x: Any, _f: Converter = found) -> View:
+        return _f(x)
+
+    derived._derived = True  # type: ignore[attr-defined]
+    with _lock:
+        _converters[cls] = derived
+    return derived
+
+
+def spec_of(v: View) -> OperandSpec:
+    """Metadata of a view, for the GemmProblem (shapes, formats, storages; no data read)."""
+    if isinstance(v, torch.Tensor):
+        fmt = _TORCH_FORMATS.get(v.dtype)
+        if fmt is None:
+            detail = f"torch dtype {v.dtype}" + (" without a scale" if v.dtype.itemsize == 1 else "")
+            return OperandSpec(Format.OTHER, tuple(v.shape), detail=detail)
+        return OperandSpec(fmt, tuple(v.shape), True, False, _dense(v), v.numel() * v.element_size())
+    if isinstance(v, Fp8Operand):
+        stores = [t for t in (v.data, v.transpose if v.has_transpose else None) if t is not None]
+        return OperandSpec(
+            v.format,
+            v.shape,
+            rowwise=v.data is not None,
+            columnwise=v.has_transpose,
+            contiguous=all(_dense(t) for t in stores),
+            nbytes=max(t.numel() for t in stores),
+        )
+    if isinstance(v, MXFP8Operand):
+        stores = [t for t in (v.rowwise_data, v.columnwise_data) if t is not None]
+        return OperandSpec(
+            v.format,
+            v.shape,
+            rowwise=v.rowwise_data is not None,
+            columnwise=v.columnwise_data is not None,
+            contiguous=all(_dense(t) for t in stores),
+            nbytes=max(t.numel() for t in stores),
+        )
+    return OperandSpec(v.format, tuple(v.shape), rowwise=False, detail=v.detail)
+
+
+def key_of(v: View) -> tuple[Any, ...]:
+    """A cheap hashable key with everything ``spec_of`` depends on (for the verdict cache)."""
+    if isinstance(v, torch.Tensor):
+        return (v.dtype, v.shape, _dense(v))
+    if isinstance(v, Fp8Operand):
+        return (
+            v.format,
+            v.data.shape if v.data is not None else None,
+            v.transpose.shape if v.has_transpose else None,  # type: ignore[union-attr]
+            v.data is None or _dense(v.data),
+            not v.has_transpose or _dense(v.transpose),  # type: ignore[arg-type]
+        )
+    if isinstance(v, MXFP8Operand):
+        r, c = v.rowwise_data, v.columnwise_data
+        return (
+            v.format,
+            r.shape if r is not None else None,
+            c.shape if c is not None else None,
+            r is None or _dense(r),
+            c is None or _dense(c),
+        )
+    return (Unsupported, v.format, v.shape, v.detail)
+
+
+def _dense(t: torch.Tensor) -> bool:
+    """Whether the plan can flatten ``t`` to 2-D without a copy (torch caches this flag)."""
+    return t.is_contiguous()

@@ -1,0 +1,120 @@
+"""One ``generic_gemm`` call's metadata as a :class:`GemmProblem` (no data read, no GPU sync).
+
+M, N and K follow TE's own output-shape rule (``getGemmOutputShape`` in TE's gemm.cpp), per layout
+and from the logical shapes of the operands TE's layout names:
+
+=======  =========================  =======================  ====================
+layout   A (weight side)            B (input side)           D
+=======  =========================  =======================  ====================
+TN       ``[N, K]`` (lead flat)     ``[*lead, K]``           ``[*lead, N]``
+NN       ``[K, N]`` (lead flat)     ``[*lead, K]``           ``[*lead, N]``
+NT       ``[K, N]`` (lead flat)     ``[K, M]`` (lead flat)   ``[M, N]``
+=======  =========================  =======================  ====================
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..spec import Format, GemmCall, GemmProblem, Layout, OperandSpec
+from . import operands
+
+
+def _split(shape: tuple[int, ...]) -> tuple[int, int]:
+    """(rows, cols) of an operand flattened to 2-D: all leading dims form the rows."""
+    if not shape:
+        return 0, 0
+    return math.prod(shape[:-1]), shape[-1]
+
+
+def gemm_dims(
+    layout: Layout, a: tuple[int, ...], b: tuple[int, ...]
+) -> tuple[int, int, int, int, tuple[int, ...]]:
+    """(m, n, k_from_a, k_from_b, out_shape) for TE's layout rule."""
+    a_rows, a_cols = _split(a)
+    b_rows, b_cols = _split(b)
+    trans_a = layout in (Layout.TN, Layout.TT)
+    trans_b = layout in (Layout.NT, Layout.TT)
+    n, ka = (a_rows, a_cols) if trans_a else (a_cols, a_rows)
+    if trans_b:
+        m, kb = b_cols, b_rows
+        out_shape: tuple[int, ...] = (m, n)
+    else:
+        m, kb = b_rows, b_cols
+        out_shape = (*b[:-1], n) if b else (n,)
+    return m, n, ka, kb, out_shape
+
+
+def _beta(call: GemmCall) -> float:
+    if call.beta is not None:
+        return float(call.beta)
+    return 1.0 if call.accumulate else 0.0
+
+
+def _present(t: Any) -> bool:
+    """TE passes ``None`` or an empty tensor for "no bias"."""
+    return t is not None and t.numel() != 0
+
+
+def build(
+    call: GemmCall, a_spec: OperandSpec, b_spec: OperandSpec, arch: str, device_type: str = ""
+) -> GemmProblem:
+    """The problem for ``call`` whose operands have the given specs, evaluated for ``arch``."""
+    layout = Layout.of(call.transA, call.transB)
+    m, n, ka, kb, out_shape = gemm_dims(layout, a_spec.shape, b_spec.shape)
+    errors = []
+    if ka != kb:
+        errors.append(f"reduction lengths differ: A gives K={ka}, B gives K={kb} for {layout.value}")
+    out_dtype = operands.format_of_dtype(call.output_dtype) if call.output_dtype is not None else Format.OTHER
+    d = call.D
+    out_given = d is not None
+    out_contig, out_matches = True, True
+    if out_given:
+        d_fmt = operands.format_of_dtype(d.dtype)
+        if call.output_dtype is None:
+            out_dtype = d_fmt
+        out_contig = d.is_contiguous()
+        out_matches = d.numel() == math.prod(out_shape) and d_fmt is out_dtype
+        if not out_matches:
+            errors.append(
+                f"D {tuple(d.shape)} {d.dtype} does not hold the {out_shape} {out_dtype.value} output"
+            )
+    beta = _beta(call)
+    if (call.accumulate or beta != 0.0) and not out_given:
+        errors.append("accumulate / beta != 0 needs D")
+    has_bias = _present(call.bias)
+    if call.gelu and call.grad and call.gelu_in is None:
+        errors.append("gelu with grad needs gelu_in (the saved pre-activation)")
+    return GemmProblem(
+        layout=layout,
+        m=m,
+        n=n,
+        k=ka,
+        out_shape=tuple(out_shape),
+        a=a_spec,
+        b=b_spec,
+        out_dtype=out_dtype,
+        out_given=out_given,
+        out_contiguous=out_contig,
+        out_matches=out_matches,
+        bias=has_bias,
+        bias_dtype=operands.format_of_dtype(call.bias.dtype) if has_bias else None,
+        bias_numel=call.bias.numel() if has_bias else 0,
+        gelu=bool(call.gelu),
+        grad=bool(call.grad),
+        accumulate=bool(call.accumulate),
+        alpha=float(call.alpha),
+        beta=beta,
+        use_split_accumulator=bool(call.use_split_accumulator),
+        output_quantizer=call.quantizer is not None,
+        comm_overlap=(
+            call.comm_overlap is not None
+            or call.comm_type is not None
+            or call.extra_output is not None
+            or bool(call.bulk_overlap)
+        ),
+        arch=arch,
+        device_type=device_type,
+        shape_error="; ".join(errors),
+    )
