@@ -97,8 +97,8 @@ def params_for(cfg: KernelConfig) -> GemmParams:
     if cfg.epilogue != "plain":
         raise ValueError(f"{cfg.name}: only the plain epilogue is implemented")
     itemsize = cfg.lhs_format.itemsize
-    if itemsize != 2 and not (cfg.lhs_k_major and cfg.rhs_k_major):
-        raise ValueError(f"{cfg.name}: transposed LDS reads exist for 16-bit formats only; store K-major")
+    if itemsize == 1 and not (cfg.lhs_k_major and cfg.rhs_k_major):
+        raise ValueError(f"{cfg.name}: FP8 operands must be K-major (the plan uses TE's stored transposes)")
     m_waves, n_waves = _wave_grid(cfg)
     mma_k = _ELEM[cfg.lhs_format][1]
     p = GemmParams(
@@ -168,6 +168,20 @@ def _lds_layout(rows: int, tile_k: int, vec: int, k_major: bool) -> fx.Layout:
     chunks = tile_k // vec
     swz = fx.static(fx.SwizzleType.get(min(3, _log2(chunks)), _log2(vec), _log2(chunks)))
     return fx.make_composed_layout(swz, fx.make_ordered_layout((rows, tile_k), (1, 0)))
+
+
+def _s2r_atom(p: GemmParams, elem: type, k_major: bool) -> fx.CopyAtom:
+    """LDS -> register copy of one MFMA operand fragment.
+
+    A lane's fragment is ``mma_k / 4`` consecutive K elements of one row (16x16 MFMAs: 4 lane groups
+    along K). K-major LDS holds them contiguously (one ``ds_read_b64``/``b128``). K-outer LDS holds
+    them one row apart: 16-bit formats use gfx950's transposing ``ds_read_b64_tr_b16``; fp32 (one
+    element per lane) reads single words.
+    """
+    frag_bits = p.mma_k // 4 * p.elem_bytes * 8
+    if const_expr(k_major or p.elem_bytes == 4):
+        return fx.make_copy_atom(fx.UniversalCopy(min(frag_bits, 128)), elem)
+    return fx.make_copy_atom(fx.rocdl.cdna4.LDSReadTrans16_64b(), elem)
 
 
 def _tile_coords(num_m: fx.Int32, num_n: fx.Int32, pid: fx.Int32) -> tuple[fx.Int32, fx.Int32]:
@@ -299,14 +313,8 @@ def gemm_kernel(
         )
 
     thr_mma = tiled_mma.thr_slice(tid)
-    if const_expr(p.lhs_k_major):
-        s2r_a = fx.make_copy_atom(fx.UniversalCopy(p.elem_bytes * 8 * min(vec, p.mma_k * 16 // 64)), elem_a)
-    else:
-        s2r_a = fx.make_copy_atom(fx.rocdl.cdna4.LDSReadTrans16_64b(), elem_a)
-    if const_expr(p.rhs_k_major):
-        s2r_b = fx.make_copy_atom(fx.UniversalCopy(p.elem_bytes * 8 * min(vec, p.mma_k * 16 // 64)), elem_b)
-    else:
-        s2r_b = fx.make_copy_atom(fx.rocdl.cdna4.LDSReadTrans16_64b(), elem_b)
+    s2r_a = _s2r_atom(p, elem_a, p.lhs_k_major)
+    s2r_b = _s2r_atom(p, elem_b, p.rhs_k_major)
     thr_copy_a = fx.make_tiled_copy_A(s2r_a, tiled_mma).get_slice(tid)
     thr_copy_b = fx.make_tiled_copy_B(s2r_b, tiled_mma).get_slice(tid)
 
@@ -408,3 +416,83 @@ def gemm_launch(
     mma = make_tiled_mma(p)
     args = (out, lhs, rhs, lhs_scale, rhs_scale, m, n, k, ld_lhs, ld_rhs, ld_out, alpha, beta, mma, p)
     gemm_kernel(*args).launch(grid=(tiles, 1, 1), block=(p.threads, 1, 1), stream=stream)
+
+
+_TORCH_DTYPES = {
+    Format.BF16: "bfloat16",
+    Format.FP16: "float16",
+    Format.FP32: "float32",
+    Format.FP8_E4M3: "float8_e4m3fn",
+    Format.FP8_E5M2: "float8_e5m2",
+}
+_INT32_MAX = 2**31 - 1
+
+
+def torch_dtype(fmt: Format) -> "torch.dtype":  # noqa: F821 - torch is imported lazily
+    """The torch dtype the kernel sees an operand or output of ``fmt`` as (FP8 payloads re-viewed)."""
+    import torch
+
+    return getattr(torch, _TORCH_DTYPES[fmt])
+
+
+def jit_args(
+    cfg: KernelConfig,
+    out: "torch.Tensor",  # noqa: F821
+    lhs: "torch.Tensor",  # noqa: F821
+    rhs: "torch.Tensor",  # noqa: F821
+    lhs_scale: "torch.Tensor | None",  # noqa: F821
+    rhs_scale: "torch.Tensor | None",  # noqa: F821
+    alpha: float,
+    beta: float,
+) -> tuple:
+    """The arguments of :func:`gemm_launch` (stream excluded) for kernel-facing views.
+
+    ``lhs`` is ``[M, K]`` if ``cfg.lhs_k_major`` else ``[K, M]``, ``rhs`` likewise with N, ``out``
+    ``[M, N]``; each with unit stride on its last dim and any leading stride (a plan piece's views,
+    storage offsets included: each tensor's data pointer is passed as a 64-bit base). FP8 payloads
+    may arrive as uint8: they are re-viewed, never copied. Raises ValueError for views the kernel
+    cannot address (the plan must not produce them).
+    """
+    import flydsl.compiler as flyc
+
+    m, n = out.shape
+    k = lhs.shape[1] if cfg.lhs_k_major else lhs.shape[0]
+    views = {"out": out, "lhs": lhs, "rhs": rhs}
+    for name, t in views.items():
+        if t.dim() != 2 or (t.stride(1) != 1 and t.shape[1] > 1):
+            raise ValueError(f"{name} must be a 2-D view with unit stride on its last dim, got {t.stride()}")
+        if t.stride(0) > _INT32_MAX or (t.shape[0] - 1) * t.stride(0) + t.shape[1] > _INT32_MAX:
+            raise ValueError(f"{name} spans more than 2**31 - 1 elements: the plan must split it")
+    if (lhs.shape[0] if cfg.lhs_k_major else lhs.shape[1]) != m:
+        raise ValueError("lhs rows do not match out rows")
+    if (rhs.shape[0] if cfg.rhs_k_major else rhs.shape[1]) != n or (
+        rhs.shape[1] if cfg.rhs_k_major else rhs.shape[0]
+    ) != k:
+        raise ValueError("rhs does not match out columns / lhs K")
+    lhs = lhs.view(torch_dtype(cfg.lhs_format))
+    rhs = rhs.view(torch_dtype(cfg.rhs_format))
+
+    def dyn(t: "torch.Tensor") -> object:  # noqa: F821
+        return flyc.from_dlpack(t).mark_layout_dynamic(leading_dim=t.dim() - 1)
+
+    if cfg.lhs_format.is_fp8:
+        if lhs_scale is None or rhs_scale is None:
+            raise ValueError("FP8 operands need their scale_inv tensors")
+        sa, sb = dyn(lhs_scale), dyn(rhs_scale)
+    else:
+        sa = sb = dyn(lhs)  # unread placeholders: the kernel takes them only for FP8
+    p = params_for(cfg)
+    lds = [max(t.stride(0), 1) for t in (lhs, rhs, out)]
+    return (dyn(out), dyn(lhs), dyn(rhs), sa, sb, m, n, k, *lds, float(alpha), float(beta), p)
+
+
+def placeholder_args(cfg: KernelConfig) -> tuple:
+    """CPU placeholders for compiling ``cfg`` (shapes are runtime values: any size compiles the same)."""
+    import torch
+
+    size = 256
+    lhs = torch.empty(size, size, dtype=torch_dtype(cfg.lhs_format))
+    rhs = torch.empty(size, size, dtype=torch_dtype(cfg.rhs_format))
+    out = torch.empty(size, size, dtype=torch_dtype(cfg.out_format))
+    scale = torch.ones(1, dtype=torch.float32)
+    return jit_args(cfg, out, lhs, rhs, scale, scale, 1.0, 0.0)

@@ -1,0 +1,261 @@
+"""Compile cache of the GEMM family: keyed by KernelConfig + arch, never by M/N/K.
+
+Two levels: an in-process dict (one compile per key even when threads race: a per-key lock), and a
+directory on disk (``$TE_FLYDSL_CACHE_DIR``, else ``~/.cache/te-flydsl-plugin/kernels``) that several
+processes may share: each entry is written to a private temporary name and published with an atomic
+``os.replace``, the metadata file last, so a reader sees a whole entry or none. The key also hashes
+the kernel sources and the FlyDSL version, so an edited kernel never meets a stale code object.
+
+``BACKED`` lists the configs that compile for gfx950, pass :func:`isa_report` and matched a torch
+reference in the gfx950 emulator; only they may back a capability-matrix row.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ..spec import Format
+from . import toolchain
+from .kernels.config import KernelConfig
+
+LDS_BUDGET = 160 * 1024
+REGISTER_BUDGET = 512  # VGPR + AGPR per lane on gfx950
+
+# The MFMA each operand format must compile to (the widest gfx950 offers). FP8 uses the f8f6f4 MFMA
+# in its scaled encoding with unit (E8M0 1.0) block scales: the one the ROCDL dialect exposes with
+# per-operand FP8 kinds, and the same pipe as the unscaled one.
+EXPECTED_MFMA = {
+    Format.BF16: "v_mfma_f32_16x16x32_bf16",
+    Format.FP16: "v_mfma_f32_16x16x32_f16",
+    Format.FP32: "v_mfma_f32_16x16x4_f32",
+    Format.FP8_E4M3: "v_mfma_scale_f32_16x16x128_f8f6f4",
+    Format.FP8_E5M2: "v_mfma_scale_f32_16x16x128_f8f6f4",
+}
+
+
+@dataclass(frozen=True)
+class CompiledKernel:
+    """One config's gfx950 code object and what the compiler made of it."""
+
+    config: KernelConfig
+    arch: str
+    kernel: str  # the kernel symbol inside the code object
+    code_object: bytes
+    resources: toolchain.KernelResources
+    compile_seconds: float  # of the compile that produced it (also when it came from disk)
+    from_disk: bool
+
+
+def _cache_dir() -> Path:
+    env = os.environ.get("TE_FLYDSL_CACHE_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "te-flydsl-plugin" / "kernels"
+
+
+def _source_digest() -> str:
+    import flydsl
+
+    h = hashlib.sha256(getattr(flydsl, "__version__", "?").encode())
+    for f in sorted((Path(__file__).parent / "kernels").glob("*.py")):
+        h.update(f.name.encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+_digest: str | None = None
+_memory: dict[tuple[str, str], CompiledKernel] = {}
+_locks: dict[tuple[str, str], threading.Lock] = {}
+_locks_guard = threading.Lock()
+
+
+def cache_key(cfg: KernelConfig, arch: str) -> str:
+    """The on-disk entry name of a config: its name plus a digest of arch, sources and FlyDSL version."""
+    global _digest
+    if _digest is None:
+        _digest = _source_digest()
+    tail = hashlib.sha256(f"{cfg!r}|{arch}|{_digest}".encode()).hexdigest()[:16]
+    return f"{cfg.name}-{arch}-{tail}"
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _load(cfg: KernelConfig, arch: str, key: str) -> CompiledKernel | None:
+    meta_path = _cache_dir() / f"{key}.json"
+    try:
+        meta = json.loads(meta_path.read_text())
+        blob = (_cache_dir() / f"{key}.hsaco").read_bytes()
+    except (OSError, ValueError):
+        return None
+    if hashlib.sha256(blob).hexdigest() != meta.get("sha256"):
+        return None  # a torn or foreign entry: recompile and overwrite it
+    res = toolchain.KernelResources(**meta["resources"])
+    return CompiledKernel(cfg, arch, meta["kernel"], blob, res, meta["compile_seconds"], True)
+
+
+def _compile(cfg: KernelConfig, arch: str) -> CompiledKernel:
+    import flydsl.compiler as flyc
+
+    from .kernels import gemm
+
+    start = time.perf_counter()
+    with toolchain.compile_for(arch):
+        compiled = flyc.compile(gemm.gemm_launch, *gemm.placeholder_args(cfg))
+    seconds = time.perf_counter() - start
+    objects = toolchain.code_objects(compiled)
+    if len(objects) != 1:
+        raise RuntimeError(f"{cfg.name}: expected one code object, got {sorted(objects)}")
+    blob = next(iter(objects.values()))
+    kernels = toolchain.kernel_resources(blob)
+    if len(kernels) != 1:
+        raise RuntimeError(f"{cfg.name}: expected one kernel, got {[k.name for k in kernels]}")
+    return CompiledKernel(cfg, arch, kernels[0].name, blob, kernels[0], seconds, False)
+
+
+def compile_config(cfg: KernelConfig, arch: str = "gfx950") -> CompiledKernel:
+    """The compiled kernel of ``cfg`` for ``arch``: from memory, else from disk, else compiled now."""
+    mem_key = (repr(cfg), arch)
+    hit = _memory.get(mem_key)
+    if hit is not None:
+        return hit
+    with _locks_guard:
+        lock = _locks.setdefault(mem_key, threading.Lock())
+    with lock:
+        hit = _memory.get(mem_key)
+        if hit is not None:
+            return hit
+        key = cache_key(cfg, arch)
+        ck = _load(cfg, arch, key)
+        if ck is None:
+            ck = _compile(cfg, arch)
+            meta = {
+                "config": cfg.name,
+                "arch": arch,
+                "kernel": ck.kernel,
+                "compile_seconds": ck.compile_seconds,
+                "sha256": hashlib.sha256(ck.code_object).hexdigest(),
+                "resources": asdict(ck.resources),
+            }
+            _atomic_write(_cache_dir() / f"{key}.hsaco", ck.code_object)
+            _atomic_write(_cache_dir() / f"{key}.json", json.dumps(meta, indent=1).encode())
+        _memory[mem_key] = ck
+        return ck
+
+
+_launchers: dict[str, Any] = {}
+_launchers_lock = threading.Lock()
+
+
+def launcher(cfg: KernelConfig) -> Any:
+    """The in-process FlyDSL ``CompiledFunction`` of ``cfg`` for this machine's GPU (flydsl executor).
+
+    Compiled once per process (FlyDSL's own on-disk cache makes repeats cheap); calling it launches
+    on the stream passed as its last argument.
+    """
+    with _launchers_lock:
+        fn = _launchers.get(cfg.name)
+        if fn is None:
+            import flydsl.compiler as flyc
+
+            from .kernels import gemm
+
+            fn = flyc.compile(gemm.gemm_launch, *gemm.placeholder_args(cfg))
+            _launchers[cfg.name] = fn
+        return fn
+
+
+def isa_report(cfg: KernelConfig, arch: str = "gfx950") -> dict[str, Any]:
+    """The ISA budget checks of one config, with the numbers behind them.
+
+    Checks: the expected MFMA opcode occurs, no scratch, no spills, static LDS within 160 KiB,
+    VGPR + AGPR within 512. ``ok`` is True when all hold.
+    """
+    ck = compile_config(cfg, arch)
+    r = ck.resources
+    mfma = EXPECTED_MFMA[cfg.lhs_format]
+    text = toolchain.disassemble(ck.code_object, arch)
+    mfma_count = len(re.findall(rf"^\s+{mfma}\s", text, re.M))
+    checks = {
+        "mfma": mfma_count > 0,
+        "scratch": r.scratch_bytes == 0,
+        "spills": r.vgpr_spill_count == 0 and r.sgpr_spill_count == 0,
+        "lds": r.lds_bytes <= LDS_BUDGET,
+        "registers": r.vgpr_count <= REGISTER_BUDGET,
+    }
+    return {
+        "config": cfg.name,
+        "arch": arch,
+        "kernel": ck.kernel,
+        "mfma": mfma,
+        "mfma_count": mfma_count,
+        "vgpr": r.vgpr_count,
+        "agpr": r.agpr_count,
+        "sgpr": r.sgpr_count,
+        "lds_bytes": r.lds_bytes,
+        "scratch_bytes": r.scratch_bytes,
+        "spills": r.vgpr_spill_count + r.sgpr_spill_count,
+        "compile_s": round(ck.compile_seconds, 2),
+        "from_disk": ck.from_disk,
+        "checks": checks,
+        "ok": all(checks.values()),
+    }
+
+
+def _family() -> tuple[KernelConfig, ...]:
+    """Every config of the family that the matrix may use (256x256 tiles, the plain epilogue)."""
+    F = Format
+    out = [F.FP32, F.BF16, F.FP16]
+    cfgs: list[KernelConfig] = []
+    for fmt in (F.BF16, F.FP16):
+        for lk, rk in ((True, True), (True, False), (False, False)):  # TN, NN, NT
+            cfgs += [KernelConfig(fmt, fmt, lk, rk, o) for o in out]
+    for lk, rk in ((True, True), (True, False), (False, False)):
+        cfgs += [KernelConfig(F.FP32, F.FP32, lk, rk, o, tile_k=32) for o in out]
+    for a in (F.FP8_E4M3, F.FP8_E5M2):
+        for b in (F.FP8_E4M3, F.FP8_E5M2):
+            cfgs += [KernelConfig(a, b, True, True, o, tile_k=128) for o in out]
+    return tuple(cfgs)
+
+
+FAMILY: tuple[KernelConfig, ...] = _family()
+BACKED: tuple[KernelConfig, ...] = ()
+
+
+def precompile(
+    arch: str = "gfx950",
+    progress: Callable[[int, int, dict[str, Any]], None] | None = None,
+    configs: tuple[KernelConfig, ...] | None = None,
+) -> list[dict[str, Any]]:
+    """Compile (or load) ``configs`` (default: :data:`BACKED`) and return one ISA report per config.
+
+    ``progress(done, total, report)`` is called after each config, for the CLI's terminal display.
+    """
+    todo = BACKED if configs is None else configs
+    reports = []
+    for i, cfg in enumerate(todo):
+        rep = isa_report(cfg, arch)
+        reports.append(rep)
+        if progress is not None:
+            progress(i + 1, len(todo), rep)
+    return reports
