@@ -201,7 +201,8 @@ class ScaleCache:
 
     def __init__(self, max_entries: int = 256) -> None:
         self._entries: dict[int, tuple[weakref.ref[torch.Tensor], _Key, torch.Tensor]] = {}
-        self._lock = threading.Lock()
+        # Re-entrant: a weakref callback (_drop) can run from GC while this thread holds the lock.
+        self._lock = threading.RLock()
         self._max = max_entries
         self.hits = 0
         self.misses = 0
@@ -241,7 +242,7 @@ class ScaleCache:
         with self._lock:
             self.misses += 1
             if len(self._entries) >= self._max and ident not in self._entries:
-                self._entries.pop(next(iter(self._entries)))
+                self._entries.pop(next(iter(self._entries)), None)
             ref = weakref.ref(scales, lambda _r, i=ident: self._drop(i, _r))
             self._entries[ident] = (ref, key, packed)
         return packed

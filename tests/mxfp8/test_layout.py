@@ -175,3 +175,13 @@ def test_scale_cache_invalidate() -> None:
     cache.invalidate(w)
     cache.get_or_pack(w, 32, 128, 1, pack)
     assert pack.calls == 2
+
+
+def test_scale_cache_is_bounded() -> None:
+    cache, pack = mx.ScaleCache(max_entries=2), _Counting()
+    tensors = [te_scales(16, 128, 1, seed=s)[0] for s in range(3)]
+    for t in tensors:
+        cache.get_or_pack(t, 16, 128, 1, pack)
+    assert len(cache) == 2
+    cache.get_or_pack(tensors[0], 16, 128, 1, pack)  # the oldest went first: packed again
+    assert pack.calls == 4
