@@ -408,7 +408,7 @@ def gemm_launch(
     p: GemmParams,
     stream: fx.Stream = _DEFAULT_STREAM,
 ):
-    """Host side: one workgroup per output tile, on ``stream``."""
+    """Host side: one workgroup per output tile (:func:`grid_size`), on ``stream``."""
     tiles = ((m + p.tile_m - 1) // p.tile_m) * ((n + p.tile_n - 1) // p.tile_n)
     # The code object's kernel symbol is the config name, so reports and the emulator can find it.
     gemm_kernel._known_block_size = [p.threads, 1, 1]
@@ -496,3 +496,12 @@ def placeholder_args(cfg: KernelConfig) -> tuple:
     out = torch.empty(size, size, dtype=torch_dtype(cfg.out_format))
     scale = torch.ones(1, dtype=torch.float32)
     return jit_args(cfg, out, lhs, rhs, scale, scale, 1.0, 0.0)
+
+
+def grid_size(cfg: KernelConfig, m: int, n: int) -> int:
+    """Workgroups of one launch: one per output tile (the same count :func:`gemm_launch` launches)."""
+    return -(-m // cfg.tile_m) * -(-n // cfg.tile_n)
+
+
+def block_size(cfg: KernelConfig) -> int:
+    return cfg.waves * WAVE_SIZE

@@ -1,0 +1,115 @@
+"""Run a plan on the compiled GEMM family: on the GPU (``flydsl``) or in the gfx950 emulator.
+
+Both modes walk ``plan.pieces`` and pass one piece's views to the kernel: each view's data pointer
+(storage offset included) is the 64-bit base of that launch, and the plan sized the pieces so no
+buffer a launch addresses spans more than 2**31 - 1 bytes (the kernel's buffer offsets are 32-bit).
+A piece with ``k0 > 0`` accumulates onto what the earlier K pieces wrote (beta 1).
+
+``flydsl`` enqueues every launch on the current torch stream and does nothing else: no host sync,
+no allocation (views and argument wrappers only), so it can be captured in a CUDA/HIP graph.
+``emulator`` packs the same arguments and runs the same code object on CPU tensors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .compiled import compile_config, launcher
+from .kernels import gemm
+from .kernels.config import KernelConfig
+from .plan_types import GemmPlan, KernelOperand, Piece
+
+MODES = ("flydsl", "emulator")
+
+
+def _window(op: KernelOperand, r0: int, r1: int, k0: int, k1: int) -> torch.Tensor:
+    """Rows ``[r0, r1)`` and K ``[k0, k1)`` of an operand, as a view in its own majorness."""
+    return op.data[r0:r1, k0:k1] if op.k_major else op.data[k0:k1, r0:r1]
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One kernel launch: a piece's kernel-facing views and scalars."""
+
+    out: torch.Tensor
+    lhs: torch.Tensor
+    rhs: torch.Tensor
+    lhs_scale: torch.Tensor | None
+    rhs_scale: torch.Tensor | None
+    alpha: float
+    beta: float
+
+    def jit_args(self, cfg: KernelConfig) -> tuple:
+        return gemm.jit_args(
+            cfg, self.out, self.lhs, self.rhs, self.lhs_scale, self.rhs_scale, self.alpha, self.beta
+        )
+
+
+def piece_launch(plan: GemmPlan, pc: Piece) -> Launch:
+    """The launch of one piece (shared by both modes, so they run the same thing)."""
+    return Launch(
+        out=plan.out[pc.m0 : pc.m1, pc.n0 : pc.n1],
+        lhs=_window(plan.lhs, pc.m0, pc.m1, pc.k0, pc.k1),
+        rhs=_window(plan.rhs, pc.n0, pc.n1, pc.k0, pc.k1),
+        lhs_scale=plan.lhs.scale_inv,
+        rhs_scale=plan.rhs.scale_inv,
+        alpha=plan.alpha,
+        beta=plan.beta if pc.k0 == 0 else 1.0,
+    )
+
+
+def _check(plan: GemmPlan, mode: str) -> None:
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    cfg = plan.config
+    extras = (plan.bias, plan.gelu_aux, plan.bias_grad)
+    if cfg.epilogue != "plain" or any(t is not None for t in extras):
+        raise ValueError(
+            f"{cfg.name}: compiled kernels implement the plain epilogue only"
+        )
+    if plan.out.dim() != 2 or (plan.out.stride(1) != 1 and plan.out.shape[1] > 1):
+        raise ValueError(f"out must be a 2-D view with unit column stride, got stride {plan.out.stride()}")
+    if (plan.lhs.format, plan.rhs.format, plan.lhs.k_major, plan.rhs.k_major) != (
+        cfg.lhs_format,
+        cfg.rhs_format,
+        cfg.lhs_k_major,
+        cfg.rhs_k_major,
+    ):
+        raise ValueError(f"{cfg.name}: config does not match the plan's operands")
+
+
+def execute(plan: GemmPlan, mode: str = "flydsl") -> None:
+    """Launch one kernel per piece of ``plan``, writing into ``plan.out`` (its leading stride honoured)."""
+    _check(plan, mode)
+    cfg = plan.config
+    launches = [piece_launch(plan, pc) for pc in plan.pieces if pc.m1 > pc.m0 and pc.n1 > pc.n0]
+    if mode == "flydsl":
+        fn = launcher(cfg)
+        stream = torch.cuda.current_stream()
+        for ln in launches:
+            fn(*ln.jit_args(cfg), stream)
+        return
+    for ln in launches:
+        emulate(cfg, ln)
+
+
+def emulate(cfg: KernelConfig, ln: Launch) -> Any:
+    """Run one launch of ``cfg``'s gfx950 code object in the emulator on CPU tensors; returns its report."""
+    from . import emulator
+
+    ck = compile_config(cfg, "gfx950")
+    kernarg = emulator.pack_flydsl_kernarg(ck.code_object, ck.kernel, kernarg_values(cfg, ln))
+    grid = (gemm.grid_size(cfg, ln.out.shape[0], ln.out.shape[1]), 1, 1)
+    return emulator.launch(ck.code_object, ck.kernel, kernarg, grid, (gemm.block_size(cfg), 1, 1))
+
+
+def kernarg_values(cfg: KernelConfig, ln: Launch) -> list[Any]:
+    """The kernel's launch values in signature order: the tensors (views), then the runtime scalars."""
+    args = ln.jit_args(cfg)  # validates the views exactly as a GPU launch would
+    lhs = ln.lhs.view(gemm.torch_dtype(cfg.lhs_format))
+    rhs = ln.rhs.view(gemm.torch_dtype(cfg.rhs_format))
+    sa, sb = (ln.lhs_scale, ln.rhs_scale) if cfg.lhs_format.is_fp8 else (lhs, lhs)
+    return [ln.out, lhs, rhs, sa, sb, *args[5:13]]
