@@ -1,0 +1,463 @@
+"""Vector memory and LDS: global and buffer loads/stores (incl. direct global->LDS), ds_read/ds_write.
+
+Loads deliver their data at issue and register their destinations with the hazard tracker, which
+knows when a real wave would have it (``vmcnt`` for global/buffer, ``lgkmcnt`` for LDS).
+
+Buffer resources (V#, 4 SGPRs): base = bits 0-47, stride = bits 48-61, num_records = dword 2. Range
+checking, as the emulator applies it: with stride 0 (raw buffers, what FlyDSL builds) an element is
+in range when its last byte lies below ``num_records`` counting ``vaddr + inst_offset`` (the scalar
+offset is not range-checked, as on gfx9); with a stride, when ``index < num_records``. Out-of-range
+loads return 0, out-of-range stores are dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from .bind import BindContext, Step, op, sreader
+from .decode import M0, Inst, Operand
+from .errors import EmulatorError
+from .machine import LANES, Wave
+
+_WIDTH = {
+    "dword": 4,
+    "dwordx2": 8,
+    "dwordx3": 12,
+    "dwordx4": 16,
+    "ubyte": 1,
+    "sbyte": 1,
+    "ushort": 2,
+    "sshort": 2,
+    "byte": 1,
+    "short": 2,
+}
+_LANE_IDX = np.arange(LANES)
+
+
+def _bytes_to_regs(data: np.ndarray, suffix: str) -> np.ndarray:
+    """uint8[lanes, n] loaded bytes -> uint32[nregs, lanes] register values (sign/zero extended)."""
+    if suffix in ("ubyte", "sbyte", "ushort", "sshort"):
+        if suffix == "ubyte":
+            v = data[:, 0].astype(np.uint32)
+        elif suffix == "sbyte":
+            v = data[:, 0].view(np.int8).astype(np.int32).view(np.uint32)
+        elif suffix == "ushort":
+            v = data.view("<u2")[:, 0].astype(np.uint32)
+        else:
+            v = data.view("<i2")[:, 0].astype(np.int32).view(np.uint32)
+        return v[None, :]
+    return np.ascontiguousarray(data).view("<u4").T
+
+
+def _regs_to_bytes(regs: np.ndarray, nbytes: int) -> np.ndarray:
+    """uint32[nregs, lanes] -> uint8[lanes, nbytes] (low bytes for byte/short stores)."""
+    return np.ascontiguousarray(regs.T).view(np.uint8)[:, :nbytes]
+
+
+def _vdata_writer(ctx: BindContext, inst: Inst, d: Operand, nregs: int) -> Callable[[Wave, np.ndarray, np.ndarray], None]:
+    """Write loaded registers for the given lanes (bool[64]), then mark them pending on vmcnt."""
+    file_a = d.kind == "a"
+
+    def write(w: Wave, regs: np.ndarray, lanes: np.ndarray) -> None:
+        f = w.a if file_a else w.v
+        if w.hazards.pending_regs:
+            ctx.hazards.check_write(w, d.kind, d.index, nregs, inst)
+        f[d.index : d.index + nregs, lanes] = regs[:nregs, lanes]
+
+    return write
+
+
+def _vreg_read(ctx: BindContext, inst: Inst, o: Operand, n: int) -> Callable[[Wave], np.ndarray]:
+    """Read ``n`` consecutive VGPRs/AGPRs (store data, addresses) with the unwaited-load check."""
+    kind, idx = o.kind, o.index
+
+    def r(w: Wave) -> np.ndarray:
+        if w.hazards.pending_regs:
+            ctx.hazards.check_read(w, kind, idx, n, inst)
+        return (w.a if kind == "a" else w.v)[idx : idx + n]
+
+    return r
+
+
+# -- global -----------------------------------------------------------------------------------
+
+
+def _global_addr(ctx: BindContext, inst: Inst, vaddr: Operand, saddr: Operand) -> Callable[[Wave], np.ndarray]:
+    off = np.uint64(inst.mod_int("offset", 0) & 0xFFFFFFFFFFFFFFFF)
+    if saddr.kind == "off":
+        rd = _vreg_read(ctx, inst, vaddr, 2)
+
+        def a64(w: Wave) -> np.ndarray:
+            v = rd(w)
+            return (v[0].astype(np.uint64) | (v[1].astype(np.uint64) << np.uint64(32))) + off
+
+        return a64
+    rd1 = _vreg_read(ctx, inst, vaddr, 1)
+    base = sreader(saddr, "b64")
+    return lambda w: (rd1(w)[0].astype(np.uint64) + np.uint64(base(w))) + off
+
+
+def _bind_global_load(inst: Inst, ctx: BindContext) -> Step:
+    suffix = inst.opcode.split("_", 2)[2]
+    nbytes = _WIDTH[suffix]
+    d, vaddr, saddr = inst.operands[:3]
+    addr = _global_addr(ctx, inst, vaddr, saddr)
+    nregs = max(nbytes // 4, 1)
+    write = _vdata_writer(ctx, inst, d, nregs)
+    mem, hz = ctx.memory, ctx.hazards
+
+    def step(w: Wave) -> None:
+        lanes = w.exec_mask
+        a = addr(w)[lanes]
+        regs = np.zeros((nregs, LANES), np.uint32)
+        regs[:, lanes] = _bytes_to_regs(mem.gather(a, nbytes), suffix)
+        write(w, regs, lanes)
+        hz.issue(w, "vm", inst, vregs=(d.kind, d.index, nregs))
+
+    return step
+
+
+def _bind_global_store(inst: Inst, ctx: BindContext) -> Step:
+    suffix = inst.opcode.split("_", 2)[2]
+    nbytes = _WIDTH[suffix]
+    vaddr, data, saddr = inst.operands[:3]
+    addr = _global_addr(ctx, inst, vaddr, saddr)
+    rd = _vreg_read(ctx, inst, data, max(nbytes // 4, 1))
+    mem, hz = ctx.memory, ctx.hazards
+
+    def step(w: Wave) -> None:
+        lanes = w.exec_mask
+        mem.scatter(addr(w)[lanes], _regs_to_bytes(rd(w), nbytes)[lanes])
+        hz.issue(w, "vm", inst)
+
+    return step
+
+
+for _s in _WIDTH:
+    if _s in ("byte", "short"):
+        op(f"global_store_{_s}")(_bind_global_store)
+    elif _s.startswith(("u", "s")) and _s not in ("dword",):
+        op(f"global_load_{_s}")(_bind_global_load)
+    else:
+        op(f"global_load_{_s}")(_bind_global_load)
+        op(f"global_store_{_s}")(_bind_global_store)
+
+
+# -- buffer -------------------------------------------------------------------------------------
+
+
+class _BufferAddr:
+    """Per-lane byte addresses and in-range masks of one buffer instruction."""
+
+    def __init__(self, ctx: BindContext, inst: Inst, vaddr: Operand, rsrc: Operand, soff: Operand) -> None:
+        self.offen = "offen" in inst.modifiers
+        self.idxen = "idxen" in inst.modifiers
+        self.inst_off = inst.mod_int("offset", 0)
+        self.rsrc = rsrc.index
+        self.soff = sreader(soff)
+        nv = int(self.offen) + int(self.idxen)
+        self.vread = _vreg_read(ctx, inst, vaddr, nv) if nv else None
+
+    def __call__(self, w: Wave, nbytes: int) -> tuple[np.ndarray, np.ndarray]:
+        s = w.s
+        r = self.rsrc
+        base = s[r] | ((s[r + 1] & 0xFFFF) << 32)
+        stride = (s[r + 1] >> 16) & 0x3FFF
+        num = s[r + 2]
+        idx = np.zeros(LANES, np.uint64)
+        voff = np.zeros(LANES, np.uint64)
+        if self.vread is not None:
+            v = self.vread(w)
+            if self.idxen:
+                idx = v[0].astype(np.uint64)
+            if self.offen:
+                voff = v[-1].astype(np.uint64)
+        if (s[r + 3] >> 23) & 1:  # ADD_TID_ENABLE
+            idx = idx + _LANE_IDX.astype(np.uint64)
+        off = voff + np.uint64(self.inst_off)
+        if stride == 0:
+            ok = off + np.uint64(nbytes) <= np.uint64(num)
+        else:
+            ok = idx < np.uint64(num)
+        addr = np.uint64(base + self.soff(w)) + off + idx * np.uint64(stride)
+        return addr, ok
+
+
+def _buffer_parts(inst: Inst) -> tuple[str, int]:
+    name = inst.opcode
+    suffix = name.split("_", 2)[2]
+    if suffix.startswith("format"):
+        raise EmulatorError(f"typed buffer access {name} is not emulated")
+    return suffix, _WIDTH[suffix]
+
+
+def _bind_buffer_load(inst: Inst, ctx: BindContext) -> Step:
+    suffix, nbytes = _buffer_parts(inst)
+    mem, hz, lds = ctx.memory, ctx.hazards, ctx.lds
+    if "lds" in inst.modifiers:
+        vaddr, rsrc, soff = inst.operands[:3]
+        baddr = _BufferAddr(ctx, inst, vaddr, rsrc, soff)
+        inst_off = inst.mod_int("offset", 0)
+        lds_size = lds.size
+
+        def to_lds(w: Wave) -> None:
+            addr, ok = baddr(w, nbytes)
+            lanes = w.exec_mask
+            data = np.zeros((LANES, nbytes), np.uint8)
+            good = lanes & ok
+            data[good] = mem.gather(addr[good], nbytes)
+            lbase = (w.s[M0] & 0x3FFFF) + inst_off
+            la = (lbase + _LANE_IDX[lanes] * nbytes)[:, None] + np.arange(nbytes)
+            inr = la < lds_size
+            flat = la[inr]
+            lds[flat] = data[lanes][inr]
+            seq = hz.issue(w, "vm", inst)
+            hz.lds_write(w, flat.astype(np.int64), inst, "vm", seq)
+
+        return to_lds
+    d, vaddr, rsrc, soff = inst.operands[:4]
+    baddr = _BufferAddr(ctx, inst, vaddr, rsrc, soff)
+    nregs = max(nbytes // 4, 1)
+    write = _vdata_writer(ctx, inst, d, nregs)
+
+    def step(w: Wave) -> None:
+        addr, ok = baddr(w, nbytes)
+        lanes = w.exec_mask
+        good = lanes & ok
+        raw = np.zeros((LANES, nbytes), np.uint8)
+        raw[good] = mem.gather(addr[good], nbytes)
+        write(w, _bytes_to_regs(raw, suffix), lanes)
+        hz.issue(w, "vm", inst, vregs=(d.kind, d.index, nregs))
+
+    return step
+
+
+def _bind_buffer_store(inst: Inst, ctx: BindContext) -> Step:
+    suffix, nbytes = _buffer_parts(inst)
+    data, vaddr, rsrc, soff = inst.operands[:4]
+    baddr = _BufferAddr(ctx, inst, vaddr, rsrc, soff)
+    rd = _vreg_read(ctx, inst, data, max(nbytes // 4, 1))
+    mem, hz = ctx.memory, ctx.hazards
+
+    def step(w: Wave) -> None:
+        addr, ok = baddr(w, nbytes)
+        good = w.exec_mask & ok
+        mem.scatter(addr[good], _regs_to_bytes(rd(w), nbytes)[good])
+        hz.issue(w, "vm", inst)
+
+    return step
+
+
+for _s in _WIDTH:
+    if _s in ("byte", "short"):
+        op(f"buffer_store_{_s}")(_bind_buffer_store)
+    elif _s in ("ubyte", "sbyte", "ushort", "sshort"):
+        op(f"buffer_load_{_s}")(_bind_buffer_load)
+    else:
+        op(f"buffer_load_{_s}")(_bind_buffer_load)
+        op(f"buffer_store_{_s}")(_bind_buffer_store)
+
+
+@op("buffer_atomic_add_f32", "buffer_atomic_pk_add_bf16", "buffer_atomic_add", "buffer_atomic_pk_add_f16")
+def _buffer_atomic(inst: Inst, ctx: BindContext) -> Step:
+    """Atomic adds without return (split-K reductions): lanes are applied in lane order."""
+    from .numerics import bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16
+
+    if "sc0" in inst.modifiers or "glc" in inst.modifiers:
+        raise EmulatorError(f"{ctx.kernel}: returning atomic {inst.opcode} at 0x{inst.address:x} is not emulated")
+    data, vaddr, rsrc, soff = inst.operands[:4]
+    baddr = _BufferAddr(ctx, inst, vaddr, rsrc, soff)
+    rd = _vreg_read(ctx, inst, data, 1)
+    mem, hz = ctx.memory, ctx.hazards
+    kind = inst.opcode.removeprefix("buffer_atomic_")
+
+    def step(w: Wave) -> None:
+        addr, ok = baddr(w, 4)
+        vals = rd(w)[0]
+        for lane in np.flatnonzero(w.exec_mask & ok):
+            view = mem.view(int(addr[lane]), 4, write=True).view("<u4")
+            old, new = np.uint32(view[0]), np.uint32(vals[lane])
+            if kind == "add_f32":
+                res = (old.view(np.float32) + new.view(np.float32)).view(np.uint32)
+            elif kind == "add":
+                res = np.uint32((int(old) + int(new)) & 0xFFFFFFFF)
+            else:
+                to32, back = (bf16_to_f32, f32_to_bf16) if kind == "pk_add_bf16" else (f16_to_f32, f32_to_f16)
+                halves = []
+                for sh in (0, 16):
+                    a = to32(np.uint32((int(old) >> sh) & 0xFFFF))
+                    b = to32(np.uint32((int(new) >> sh) & 0xFFFF))
+                    halves.append(int(back(np.float32(a + b))))
+                res = np.uint32(halves[0] | (halves[1] << 16))
+            view[0] = res
+        hz.issue(w, "vm", inst)
+
+    return step
+
+
+# -- LDS ------------------------------------------------------------------------------------------
+
+_DS_READ = {
+    "ds_read_b32": 4,
+    "ds_read_b64": 8,
+    "ds_read_b96": 12,
+    "ds_read_b128": 16,
+    "ds_read_u8": 1,
+    "ds_read_i8": 1,
+    "ds_read_u16": 2,
+    "ds_read_i16": 2,
+}
+_DS_WRITE = {
+    "ds_write_b8": 1,
+    "ds_write_b16": 2,
+    "ds_write_b32": 4,
+    "ds_write_b64": 8,
+    "ds_write_b96": 12,
+    "ds_write_b128": 16,
+}
+
+
+def _lds_addr(ctx: BindContext, inst: Inst, o: Operand) -> Callable[[Wave], np.ndarray]:
+    rd = _vreg_read(ctx, inst, o, 1)
+    return lambda w: rd(w)[0].astype(np.int64)
+
+
+def _lds_gather(lds: np.ndarray, addrs: np.ndarray, nbytes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Bytes at ``addrs`` (int64[n]) -> (uint8[n, nbytes], flat in-range byte addresses); OOB reads 0."""
+    idx = addrs[:, None] + np.arange(nbytes)
+    inr = (idx >= 0) & (idx < lds.size)
+    out = np.zeros(idx.shape, np.uint8)
+    out[inr] = lds[idx[inr]]
+    return out, idx[inr]
+
+
+@op(*_DS_READ)
+def _ds_read(inst: Inst, ctx: BindContext) -> Step:
+    nbytes = _DS_READ[inst.opcode]
+    d, a = inst.operands[:2]
+    off = inst.mod_int("offset", 0)
+    addr = _lds_addr(ctx, inst, a)
+    nregs = max(nbytes // 4, 1)
+    write = _vdata_writer(ctx, inst, d, nregs)
+    suffix = {"u8": "ubyte", "i8": "sbyte", "u16": "ushort", "i16": "sshort"}.get(inst.opcode.split("_")[2], "dword")
+    lds, hz = ctx.lds, ctx.hazards
+
+    def step(w: Wave) -> None:
+        lanes = w.exec_mask
+        raw, flat = _lds_gather(lds, addr(w)[lanes] + off, nbytes)
+        hz.lds_read(w, flat, inst)
+        full = np.zeros((LANES, nbytes), np.uint8)
+        full[lanes] = raw
+        write(w, _bytes_to_regs(full, suffix), lanes)
+        hz.issue(w, "lgkm", inst, vregs=(d.kind, d.index, nregs))
+
+    return step
+
+
+@op("ds_read2_b32", "ds_read2_b64", "ds_read2st64_b32", "ds_read2st64_b64")
+def _ds_read2(inst: Inst, ctx: BindContext) -> Step:
+    size = 8 if inst.opcode.endswith("b64") else 4
+    unit = size * (64 if "st64" in inst.opcode else 1)
+    d, a = inst.operands[:2]
+    o0, o1 = inst.mod_int("offset0", 0) * unit, inst.mod_int("offset1", 0) * unit
+    addr = _lds_addr(ctx, inst, a)
+    nregs = 2 * size // 4
+    write = _vdata_writer(ctx, inst, d, nregs)
+    lds, hz = ctx.lds, ctx.hazards
+
+    def step(w: Wave) -> None:
+        lanes = w.exec_mask
+        base = addr(w)[lanes]
+        r0, f0 = _lds_gather(lds, base + o0, size)
+        r1, f1 = _lds_gather(lds, base + o1, size)
+        hz.lds_read(w, np.concatenate([f0, f1]), inst)
+        full = np.zeros((LANES, 2 * size), np.uint8)
+        full[lanes] = np.concatenate([r0, r1], axis=1)
+        write(w, _bytes_to_regs(full, "dword"), lanes)
+        hz.issue(w, "lgkm", inst, vregs=(d.kind, d.index, nregs))
+
+    return step
+
+
+def _lds_scatter(
+    lds: np.ndarray, addrs: np.ndarray, data: np.ndarray
+) -> np.ndarray:
+    """Write uint8[n, nbytes] at ``addrs``; OOB bytes are dropped. Returns the written flat addresses."""
+    idx = addrs[:, None] + np.arange(data.shape[1])
+    inr = (idx >= 0) & (idx < lds.size)
+    lds[idx[inr]] = data[inr]
+    return idx[inr]
+
+
+@op(*_DS_WRITE, "ds_write_b8_d16_hi", "ds_write_b16_d16_hi")
+def _ds_write(inst: Inst, ctx: BindContext) -> Step:
+    name = inst.opcode
+    hi = name.endswith("_d16_hi")
+    nbytes = _DS_WRITE[name.removesuffix("_d16_hi")]
+    a, data = inst.operands[:2]
+    off = inst.mod_int("offset", 0)
+    addr = _lds_addr(ctx, inst, a)
+    rd = _vreg_read(ctx, inst, data, max(nbytes // 4, 1))
+    lds, hz = ctx.lds, ctx.hazards
+
+    def step(w: Wave) -> None:
+        lanes = w.exec_mask
+        regs = rd(w)
+        if hi:
+            regs = regs >> np.uint32(16)
+        flat = _lds_scatter(lds, addr(w)[lanes] + off, _regs_to_bytes(regs, nbytes)[lanes])
+        seq = hz.issue(w, "lgkm", inst)
+        hz.lds_write(w, flat, inst, "lgkm", seq)
+
+    return step
+
+
+@op("ds_write2_b32", "ds_write2_b64", "ds_write2st64_b32", "ds_write2st64_b64")
+def _ds_write2(inst: Inst, ctx: BindContext) -> Step:
+    size = 8 if inst.opcode.endswith("b64") else 4
+    unit = size * (64 if "st64" in inst.opcode else 1)
+    a, d0, d1 = inst.operands[:3]
+    o0, o1 = inst.mod_int("offset0", 0) * unit, inst.mod_int("offset1", 0) * unit
+    addr = _lds_addr(ctx, inst, a)
+    r0, r1 = _vreg_read(ctx, inst, d0, size // 4), _vreg_read(ctx, inst, d1, size // 4)
+    lds, hz = ctx.lds, ctx.hazards
+
+    def step(w: Wave) -> None:
+        lanes = w.exec_mask
+        base = addr(w)[lanes]
+        f0 = _lds_scatter(lds, base + o0, _regs_to_bytes(r0(w), size)[lanes])
+        f1 = _lds_scatter(lds, base + o1, _regs_to_bytes(r1(w), size)[lanes])
+        seq = hz.issue(w, "lgkm", inst)
+        hz.lds_write(w, np.concatenate([f0, f1]), inst, "lgkm", seq)
+
+    return step
+
+
+@op("ds_bpermute_b32", "ds_permute_b32")
+def _ds_permute(inst: Inst, ctx: BindContext) -> Step:
+    """Lane permutes through the LDS crossbar (no LDS memory touched): addresses are lane*4 bytes."""
+    d, a, data = inst.operands[:3]
+    off = inst.mod_int("offset", 0)
+    addr = _lds_addr(ctx, inst, a)
+    rd = _vreg_read(ctx, inst, data, 1)
+    write = _vdata_writer(ctx, inst, d, 1)
+    back = inst.opcode == "ds_bpermute_b32"
+    hz = ctx.hazards
+
+    def step(w: Wave) -> None:
+        lanes = w.exec_mask
+        src = rd(w)[0]
+        lane_sel = ((addr(w) + off) >> 2) & 63
+        out = np.zeros(LANES, np.uint32)
+        if back:
+            ok = w.exec_mask[lane_sel]
+            out = np.where(ok, src[lane_sel], 0).astype(np.uint32)
+        else:
+            for lane in np.flatnonzero(lanes):
+                out[lane_sel[lane]] = src[lane]
+        write(w, out[None, :], lanes)
+        hz.issue(w, "lgkm", inst, vregs=(d.kind, d.index, 1))
+
+    return step

@@ -1,0 +1,162 @@
+"""Matrix instructions (MFMA, incl. gfx950's f8f6f4 and block-scaled forms) and accumulator moves.
+
+Operand lane layouts, as documented for CDNA3/CDNA4 (AMD matrix instruction calculator, CDNA4 ISA):
+for an ``MxNxK`` instruction with ``M == N`` in {16, 32}, lane ``l`` holds row ``l % M`` of A (column
+``l % N`` of B) and the ``K * M / 64`` consecutive K elements starting at ``(l // M) * K * M / 64``,
+packed little-endian from the lowest register bit. The f32 result: for 16x16, register ``r`` of lane
+``l`` is ``D[4 * (l // 16) + r, l % 16]``; for 32x32, ``D[8 * (r // 4) + 4 * (l // 32) + r % 4, l % 32]``.
+
+``v_mfma_*_f8f6f4``: ``cbsz`` (A) and ``blgp`` (B) select the element format: 0 E4M3, 1 E5M2,
+2 E2M3 (FP6), 3 E3M2 (BF6), 4 E2M1 (FP4). The ``v_mfma_scale_*`` forms add one E8M0 scale per lane
+and operand (the byte chosen by ``op_sel``/``op_sel_hi``), which scales that lane's 32 K elements:
+the K block of one row of A (column of B) that lane holds.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import numpy as np
+
+from .bind import BindContext, Step, op, vreader, vwriter
+from .decode import Inst, Operand
+from .errors import EmulatorError
+from .machine import LANES, Wave
+from .numerics import E2M1, E2M3, E3M2, E4M3, E5M2, MiniFloat, bf16_to_f32, decode_table, e8m0_to_f32
+
+_F8F6F4 = {0: E4M3, 1: E5M2, 2: E2M3, 3: E3M2, 4: E2M1}
+_MFMA_RE = re.compile(r"^v_mfma_(scale_)?f32_(\d+)x(\d+)x(\d+)(?:_?)(f32|xf32|bf16|f16|bf16_1k|f8f6f4|fp8_fp8|bf8_bf8|fp8_bf8|bf8_fp8)$")
+
+
+def _regs(w: Wave, o: Operand) -> np.ndarray:
+    return (w.a if o.kind == "a" else w.v)[o.index : o.index + o.count]
+
+
+def _unpack_bits(regs: np.ndarray, bits: int, count: int) -> np.ndarray:
+    """uint32[nregs, 64] -> uint8[64, count] codes of ``bits`` bits, packed LSB-first across registers."""
+    lanes = np.ascontiguousarray(regs.T).view(np.uint8)  # [64, 4*nregs]
+    if bits == 8:
+        return lanes[:, :count]
+    stream = np.unpackbits(lanes, axis=1, bitorder="little")[:, : bits * count].reshape(LANES, count, bits)
+    weights = (1 << np.arange(bits)).astype(np.uint8)
+    return (stream * weights).sum(axis=2).astype(np.uint8)
+
+
+def _decoder(dtype: str, fmt: MiniFloat | None) -> Callable[[np.ndarray, int], np.ndarray]:
+    """A function: registers [nregs, 64] and K per lane -> float32 [64, kpl]."""
+    if dtype in ("bf16", "bf16_1k"):
+        return lambda r, k: bf16_to_f32(np.ascontiguousarray(r.T).view(np.uint16)[:, :k])
+    if dtype == "f16":
+        return lambda r, k: np.ascontiguousarray(r.T).view(np.float16)[:, :k].astype(np.float32)
+    if dtype == "f32":
+        return lambda r, k: np.ascontiguousarray(r.T).view(np.float32)[:, :k]
+    assert fmt is not None
+    table = decode_table(fmt)
+    return lambda r, k: table[_unpack_bits(r, fmt.bits, k)]
+
+
+def _to_matrix(vals: np.ndarray, mn: int, k: int) -> np.ndarray:
+    """[64 lanes, kpl] operand values -> [mn, k] matrix (row = lane % mn, k block = lane // mn)."""
+    groups = LANES // mn
+    kpl = k // groups
+    return vals.reshape(groups, mn, kpl).transpose(1, 0, 2).reshape(mn, k)
+
+
+def _from_result(d: np.ndarray, mn: int) -> np.ndarray:
+    """[mn, mn] f32 result -> [nregs, 64] register values in the documented output layout."""
+    lanes = np.arange(LANES)
+    if mn == 16:
+        regs = np.empty((4, LANES), np.float32)
+        for r in range(4):
+            regs[r] = d[4 * (lanes // 16) + r, lanes % 16]
+        return regs
+    regs = np.empty((16, LANES), np.float32)
+    for r in range(16):
+        regs[r] = d[8 * (r // 4) + 4 * (lanes // 32) + r % 4, lanes % 32]
+    return regs
+
+
+def _to_result_layout(regs: np.ndarray, mn: int) -> np.ndarray:
+    """Inverse of :func:`_from_result`: [nregs, 64] accumulator registers -> [mn, mn] matrix."""
+    lanes = np.arange(LANES)
+    c = np.empty((mn, mn), np.float32)
+    if mn == 16:
+        for r in range(4):
+            c[4 * (lanes // 16) + r, lanes % 16] = regs[r]
+    else:
+        for r in range(16):
+            c[8 * (r // 4) + 4 * (lanes // 32) + r % 4, lanes % 32] = regs[r]
+    return c
+
+
+def _bind_mfma(inst: Inst, ctx: BindContext) -> Step:
+    m = _MFMA_RE.match(inst.opcode)
+    if not m:
+        raise EmulatorError(f"{ctx.kernel}: MFMA {inst.opcode} at 0x{inst.address:x} is not emulated")
+    scaled, mdim, ndim, kdim, dtype = m.group(1) is not None, int(m.group(2)), int(m.group(3)), int(m.group(4)), m.group(5)
+    if mdim != ndim or mdim not in (16, 32):
+        raise EmulatorError(f"{ctx.kernel}: MFMA shape of {inst.opcode} at 0x{inst.address:x} is not emulated")
+    for mod in ("abid", "cbsz", "blgp"):
+        if dtype != "f8f6f4" and inst.mod_int(mod, 0):
+            raise EmulatorError(f"{ctx.kernel}: {inst.opcode} with {mod} broadcast at 0x{inst.address:x} is not emulated")
+    if dtype in ("xf32", "fp8_fp8", "bf8_bf8", "fp8_bf8", "bf8_fp8"):
+        fa = E4M3 if dtype.startswith("fp8") else E5M2
+        fb = E4M3 if dtype.endswith("fp8") else E5M2
+        if dtype == "xf32":
+            raise EmulatorError(f"{ctx.kernel}: {inst.opcode} is not emulated")
+        dec_a, dec_b = _decoder("f8", fa), _decoder("f8", fb)
+    elif dtype == "f8f6f4":
+        fa, fb = _F8F6F4[inst.mod_int("cbsz", 0)], _F8F6F4[inst.mod_int("blgp", 0)]
+        dec_a, dec_b = _decoder("f8", fa), _decoder("f8", fb)
+    else:
+        dec_a = dec_b = _decoder(dtype, None)
+    d_op, a_op, b_op, c_op = inst.operands[:4]
+    groups = LANES // mdim
+    kpl = kdim // groups
+    hz = ctx.hazards
+    scale_a = scale_b = None
+    sel_a = sel_b = 0
+    if scaled:
+        scale_a = vreader(inst.operands[4], ctx, inst)
+        scale_b = vreader(inst.operands[5], ctx, inst)
+        osel, oselhi = inst.mod_list("op_sel", 3, 0), inst.mod_list("op_sel_hi", 3, 0)
+        sel_a, sel_b = osel[0] | (oselhi[0] << 1), osel[1] | (oselhi[1] << 1)
+    nout = mdim * mdim // LANES
+
+    def step(w: Wave) -> None:
+        if w.hazards.pending_regs:
+            for o in (a_op, b_op, c_op):
+                hz.check_read(w, o.kind, o.index, o.count, inst)
+            hz.check_write(w, d_op.kind, d_op.index, nout, inst)
+        av = dec_a(_regs(w, a_op), kpl)
+        bv = dec_b(_regs(w, b_op), kpl)
+        if scale_a is not None and scale_b is not None:
+            sa = (np.broadcast_to(scale_a(w), (LANES,)) >> np.uint32(8 * sel_a)) & np.uint32(0xFF)
+            sb = (np.broadcast_to(scale_b(w), (LANES,)) >> np.uint32(8 * sel_b)) & np.uint32(0xFF)
+            av = av * e8m0_to_f32(sa)[:, None]
+            bv = bv * e8m0_to_f32(sb)[:, None]
+        a = _to_matrix(av, mdim, kdim)
+        b = _to_matrix(bv, ndim, kdim)
+        c = _to_result_layout(_regs(w, Operand(c_op.kind, c_op.index, nout)).view(np.float32), mdim)
+        with np.errstate(all="ignore"):
+            d = (a.astype(np.float64) @ b.astype(np.float64).T + c).astype(np.float32)
+        f = w.a if d_op.kind == "a" else w.v
+        f[d_op.index : d_op.index + nout] = _from_result(d, mdim).view(np.uint32)
+
+    return step
+
+
+def register_mfma(opcode: str) -> bool:
+    """Bind any opcode of the v_mfma family on first sight (the family is regular)."""
+    if _MFMA_RE.match(opcode):
+        op(opcode)(_bind_mfma)
+        return True
+    return False
+
+
+@op("v_accvgpr_write_b32", "v_accvgpr_write", "v_accvgpr_read_b32", "v_accvgpr_read", "v_accvgpr_mov_b32")
+def _accvgpr(inst: Inst, ctx: BindContext) -> Step:
+    dst = vwriter(inst.operands[0], ctx, inst)
+    src = vreader(inst.operands[1], ctx, inst)
+    return lambda w: dst(w, src(w))

@@ -1,0 +1,269 @@
+"""The launch entry point: dispatch a kernel of a code object over a grid, on the CPU.
+
+The dispatch model follows what the hardware and the HSA runtime do: the kernel descriptor says
+which SGPRs are initialised (kernarg pointer, workgroup ids, ...), work-item ids are packed into
+v0 (gfx90a+: x | y << 10 | z << 20), waves of a workgroup take consecutive flat thread ids, and a
+partial last wave runs with the missing lanes off in EXEC. Workgroups run one after another; the
+waves of one workgroup run in turn, each until it reaches ``s_barrier`` or ends, and the barrier
+releases when every live wave has reached it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import itertools
+import time
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import ops_cvt, ops_mem, ops_mfma, ops_salu, ops_valu  # noqa: F401  (register the opcodes)
+from .bind import OPS, BindContext, Step, base_opcode
+from .codeobject import CodeObject, Kernel, parse
+from .decode import Inst, decode_text
+from .errors import EmulatorError, HazardError
+from .hazards import Hazard, HazardTracker
+from .machine import LANES, HostMemory, Wave
+
+_VGPRS, _AGPRS = 512, 256
+
+
+@dataclass
+class LaunchReport:
+    """What a launch did: instructions executed (total and per opcode), hazards found, wall time."""
+
+    kernel: str
+    instructions: int
+    opcode_counts: dict[str, int]
+    hazards: list[Hazard]
+    wall_time_s: float
+    workgroups: int
+    waves_per_workgroup: int
+    extra: dict[str, object] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        """A few lines for logs: totals, the most frequent opcodes, every hazard."""
+        top = ", ".join(f"{k} {v}" for k, v in Counter(self.opcode_counts).most_common(8))
+        lines = [
+            f"{self.kernel}: {self.instructions} instructions in {self.workgroups} workgroup(s) x "
+            f"{self.waves_per_workgroup} wave(s), {self.wall_time_s:.2f} s; top: {top}"
+        ]
+        lines += [f"  hazard: {h}" for h in self.hazards]
+        return "\n".join(lines)
+
+
+class _Yield(Exception):  # noqa: N818 - control flow, not an error
+    """Raised by ``s_barrier`` / ``s_endpgm`` to hand control back to the scheduler."""
+
+
+@functools.lru_cache(maxsize=32)
+def _load(code_object: bytes) -> tuple[CodeObject, dict[str, list[Inst]]]:
+    from .. import toolchain
+
+    co = parse(code_object)
+    return co, decode_text(toolchain.disassemble(code_object))
+
+
+def _unknown(inst: Inst, kernel: str) -> Step:
+    def step(w: Wave) -> None:
+        raise EmulatorError(f"{kernel}: unknown instruction {inst.opcode!r} at 0x{inst.address:x} ({inst.text})")
+
+    return step
+
+
+def _binder_for(opcode: str):  # type: ignore[no-untyped-def]
+    b = OPS.get(opcode) or OPS.get(base_opcode(opcode))
+    if b is None and ops_mfma.register_mfma(base_opcode(opcode)):
+        b = OPS[base_opcode(opcode)]
+    return b
+
+
+def _bind(insts: list[Inst], ctx: BindContext) -> list[Step]:
+    steps: list[Step] = []
+    for inst in insts:
+        binder = _binder_for(inst.opcode)
+        step = _unknown(inst, ctx.kernel) if binder is None else binder(inst, ctx)
+        if inst.opcode in ("s_barrier", "s_endpgm"):
+            step = _yielding(step)
+        steps.append(step)
+    return steps
+
+
+def _yielding(step: Step) -> Step:
+    def wrapped(w: Wave) -> None:
+        step(w)
+        raise _Yield
+
+    return wrapped
+
+
+def _init_wave(
+    w: Wave,
+    k: Kernel,
+    wg: tuple[int, int, int],
+    block: tuple[int, int, int],
+    kernarg_addr: int,
+    dispatch_addr: int,
+    nwaves: int,
+) -> None:
+    d = k.descriptor
+    props = d.code_properties
+    s = 0
+    if props & 1:  # private segment buffer: no scratch is emulated
+        s += 4
+    if props & 2:
+        w.sset(s, dispatch_addr, 2)
+        s += 2
+    if props & 4:  # queue ptr
+        s += 2
+    if props & 8:
+        w.sset(s, kernarg_addr, 2)
+        s += 2
+    if props & 16:  # dispatch id
+        s += 2
+    if props & 32:  # flat scratch init
+        s += 2
+    if props & 64:  # private segment size
+        s += 1
+    preload = d.kernarg_preload & 0x7F
+    if preload:
+        off = (d.kernarg_preload >> 7) & 0x1FF
+        raw = (ctypes.c_uint32 * preload).from_address(kernarg_addr + 4 * off)
+        for i in range(preload):
+            w.s[s + i] = raw[i]
+    s = d.user_sgpr_count
+    for enabled, gid in zip(d.tgid_enable, wg):
+        if enabled:
+            w.s[s] = gid
+            s += 1
+    if d.tg_size_enable:
+        w.s[s] = nwaves & 0x3F
+        s += 1
+    flat = np.arange(LANES) + LANES * w.wave_id
+    total = block[0] * block[1] * block[2]
+    x = flat % block[0]
+    y = (flat // block[0]) % block[1]
+    z = flat // (block[0] * block[1])
+    w.v[0] = (x | (y << 10) | (z << 20)).astype(np.uint32)
+    w.set_exec(int(sum(1 << i for i in range(LANES) if flat[i] < total)))
+
+
+def _dispatch_packet(k: Kernel, grid: tuple[int, int, int], block: tuple[int, int, int], lds: int, karg: int):  # type: ignore[no-untyped-def]
+    """An hsa_kernel_dispatch_packet_t, for kernels that read block/grid sizes through the dispatch ptr."""
+    buf = (ctypes.c_uint8 * 64)()
+    pkt = np.frombuffer(buf, np.uint8)
+    pkt[4:10] = np.array(block, "<u2").view(np.uint8)
+    pkt[12:24] = np.array([g * b for g, b in zip(grid, block)], "<u4").view(np.uint8)
+    pkt[28:32] = np.array([lds], "<u4").view(np.uint8)
+    pkt[40:48] = np.array([karg], "<u8").view(np.uint8)
+    return buf
+
+
+def launch(
+    code_object: bytes,
+    kernel: str | None,
+    kernarg: bytes,
+    grid: tuple[int, int, int],
+    block: tuple[int, int, int],
+    dynamic_lds: int = 0,
+    workgroups: Iterable[tuple[int, int, int]] | None = None,
+    hazards: str = "raise",
+) -> LaunchReport:
+    """Run one kernel of ``code_object`` over ``grid`` workgroups of ``block`` threads, on the CPU.
+
+    ``kernarg`` is the kernel-argument segment as the runtime would pass it (see
+    :func:`pack_flydsl_kernarg`); addresses in it are host addresses. ``workgroups`` limits the run to
+    some workgroup ids (for speed). ``hazards`` is "raise" (first hazard raises :class:`HazardError`),
+    "report" (collected in the report) or "off".
+    """
+    t0 = time.perf_counter()
+    co, text = _load(bytes(code_object))
+    k = co.kernel(kernel)
+    if k.name not in text:
+        raise EmulatorError(f"no disassembly for kernel {k.name}")
+    insts = text[k.name]
+    if len(kernarg) < k.kernarg_size:
+        raise EmulatorError(f"{k.name}: kernarg is {len(kernarg)} bytes, the kernel reads {k.kernarg_size}")
+    if k.descriptor.private_segment_fixed_size:
+        raise EmulatorError(f"{k.name}: uses {k.descriptor.private_segment_fixed_size} B of scratch (not emulated)")
+    nthreads = block[0] * block[1] * block[2]
+    if k.reqd_workgroup_size and tuple(block) != tuple(k.reqd_workgroup_size):
+        raise EmulatorError(f"{k.name}: block {block} differs from the required workgroup size {k.reqd_workgroup_size}")
+    nwaves = (nthreads + LANES - 1) // LANES
+    lds_size = k.lds_bytes + dynamic_lds
+    karg_buf = (ctypes.c_uint8 * max(len(kernarg), 8)).from_buffer_copy(bytes(kernarg).ljust(8, b"\0"))
+    karg_addr = ctypes.addressof(karg_buf)
+    pkt = _dispatch_packet(k, grid, block, lds_size, karg_addr)
+    tracker = HazardTracker(k.name, hazards, lds_size)
+    lds = np.zeros(max(lds_size, 1), np.uint8)
+    ctx = BindContext(
+        kernel=k.name,
+        address_to_index={inst.address: i for i, inst in enumerate(insts)},
+        memory=HostMemory(),
+        lds=lds,
+        hazards=tracker,
+    )
+    steps = _bind(insts, ctx)
+    counts = [0] * len(steps)
+    wgs = list(workgroups) if workgroups is not None else list(itertools.product(*(range(g) for g in grid)))
+    wgs = [(x, y, z) for x, y, z in ((tuple(g) + (0, 0))[:3] for g in wgs)]
+    for g in wgs:
+        if not all(0 <= g[i] < grid[i] for i in range(3)):
+            raise EmulatorError(f"workgroup {g} outside grid {grid}")
+    n_steps = len(steps)
+    for wg in wgs:
+        lds.fill(0)
+        waves = [Wave(i, _VGPRS, _AGPRS) for i in range(nwaves)]
+        tracker.reset_workgroup(wg, waves)
+        for w in waves:
+            _init_wave(w, k, wg, block, karg_addr, ctypes.addressof(pkt), nwaves)
+        while True:
+            for w in waves:
+                if w.done or w.at_barrier:
+                    continue
+                try:
+                    while True:
+                        pc = w.pc
+                        w.pc = pc + 1
+                        counts[pc] += 1
+                        steps[pc](w)
+                except _Yield:
+                    pass
+                except HazardError:
+                    raise
+                except EmulatorError as e:
+                    raise EmulatorError(f"{e} [workgroup {wg}, wave {w.wave_id}]") from None
+                except IndexError as e:
+                    if w.pc > n_steps:
+                        raise EmulatorError(f"{k.name}: wave {w.wave_id} ran past the end of the kernel") from None
+                    inst = insts[w.pc - 1]
+                    raise EmulatorError(
+                        f"{k.name}: {inst.opcode} at 0x{inst.address:x} ({inst.text}) failed: {e!r}"
+                    ) from e
+                except Exception as e:
+                    inst = insts[w.pc - 1]
+                    raise EmulatorError(
+                        f"{k.name}: {inst.opcode} at 0x{inst.address:x} ({inst.text}) failed: {e!r}"
+                    ) from e
+            live = [w for w in waves if not w.done]
+            if not live:
+                break
+            for w in live:
+                w.at_barrier = False
+            tracker.barrier_released()
+    per_op: Counter[str] = Counter()
+    for inst, c in zip(insts, counts):
+        if c:
+            per_op[inst.opcode] += c
+    return LaunchReport(
+        kernel=k.name,
+        instructions=sum(counts),
+        opcode_counts=dict(per_op),
+        hazards=list(tracker.found),
+        wall_time_s=time.perf_counter() - t0,
+        workgroups=len(wgs),
+        waves_per_workgroup=nwaves,
+    )
