@@ -12,6 +12,7 @@ no allocation (views and argument wrappers only), so it can be captured in a CUD
 
 from __future__ import annotations
 
+import collections
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,9 @@ from .kernels.config import KernelConfig
 from .plan_types import GemmPlan, KernelOperand, Piece
 
 MODES = ("flydsl", "emulator")
+
+# Launches per mode: the hardware tests assert the compiled kernel (not a fallback) ran.
+launch_counts: collections.Counter[str] = collections.Counter()
 
 
 def _window(op: KernelOperand, r0: int, r1: int, k0: int, k1: int) -> torch.Tensor:
@@ -67,9 +71,7 @@ def _check(plan: GemmPlan, mode: str) -> None:
     cfg = plan.config
     extras = (plan.bias, plan.gelu_aux, plan.bias_grad)
     if cfg.epilogue != "plain" or any(t is not None for t in extras):
-        raise ValueError(
-            f"{cfg.name}: compiled kernels implement the plain epilogue only"
-        )
+        raise ValueError(f"{cfg.name}: compiled kernels implement the plain epilogue only")
     if plan.out.dim() != 2 or (plan.out.stride(1) != 1 and plan.out.shape[1] > 1):
         raise ValueError(f"out must be a 2-D view with unit column stride, got stride {plan.out.stride()}")
     if (plan.lhs.format, plan.rhs.format, plan.lhs.k_major, plan.rhs.k_major) != (
@@ -91,9 +93,11 @@ def execute(plan: GemmPlan, mode: str = "flydsl") -> None:
         stream = torch.cuda.current_stream()
         for ln in launches:
             fn(*ln.jit_args(cfg), stream)
+            launch_counts[mode] += 1
         return
     for ln in launches:
         emulate(cfg, ln)
+        launch_counts[mode] += 1
 
 
 def emulate(cfg: KernelConfig, ln: Launch) -> Any:
@@ -108,8 +112,13 @@ def emulate(cfg: KernelConfig, ln: Launch) -> Any:
 
 def kernarg_values(cfg: KernelConfig, ln: Launch) -> list[Any]:
     """The kernel's launch values in signature order: the tensors (views), then the runtime scalars."""
-    args = ln.jit_args(cfg)  # validates the views exactly as a GPU launch would
+    geom = gemm.launch_geometry(cfg, ln.out, ln.lhs, ln.rhs)  # the same validation as a GPU launch
     lhs = ln.lhs.view(gemm.torch_dtype(cfg.lhs_format))
     rhs = ln.rhs.view(gemm.torch_dtype(cfg.rhs_format))
-    sa, sb = (ln.lhs_scale, ln.rhs_scale) if cfg.lhs_format.is_fp8 else (lhs, lhs)
-    return [ln.out, lhs, rhs, sa, sb, *args[5:13]]
+    if cfg.lhs_format.is_fp8:
+        if ln.lhs_scale is None or ln.rhs_scale is None:
+            raise ValueError("FP8 operands need their scale_inv tensors")
+        sa, sb = ln.lhs_scale, ln.rhs_scale
+    else:
+        sa = sb = lhs
+    return [ln.out, lhs, rhs, sa, sb, *geom, float(ln.alpha), float(ln.beta)]

@@ -435,6 +435,39 @@ def torch_dtype(fmt: Format) -> "torch.dtype":  # noqa: F821 - torch is imported
     return getattr(torch, _TORCH_DTYPES[fmt])
 
 
+def launch_geometry(
+    cfg: KernelConfig,
+    out: "torch.Tensor",  # noqa: F821 - torch is imported lazily
+    lhs: "torch.Tensor",  # noqa: F821
+    rhs: "torch.Tensor",  # noqa: F821
+) -> tuple[int, int, int, int, int, int]:
+    """``(M, N, K, ld_lhs, ld_rhs, ld_out)`` of one launch; ValueError for views the kernel cannot address.
+
+    ``lhs`` is ``[M, K]`` if ``cfg.lhs_k_major`` else ``[K, M]``, ``rhs`` likewise with N, ``out``
+    ``[M, N]``; each with unit stride on its last dim and any leading stride. Every value is a 32-bit
+    kernel argument and each view's span must stay below 2**31 bytes (buffer offsets are 32-bit): the
+    plan's pieces guarantee both, and this check makes a violation a clear error, never a
+    ``struct.error`` or a wrapped offset. Works on meta tensors (no data is touched).
+    """
+    m, n = out.shape
+    k = lhs.shape[1] if cfg.lhs_k_major else lhs.shape[0]
+    fmts = {"out": cfg.out_format, "lhs": cfg.lhs_format, "rhs": cfg.rhs_format}
+    views = {"out": out, "lhs": lhs, "rhs": rhs}
+    for name, t in views.items():
+        if t.dim() != 2 or (t.stride(1) != 1 and t.shape[1] > 1):
+            raise ValueError(f"{name} must be a 2-D view with unit stride on its last dim, got {t.stride()}")
+        span = ((t.shape[0] - 1) * t.stride(0) + t.shape[1]) * fmts[name].itemsize if t.numel() else 0
+        if span > _INT32_MAX:
+            raise ValueError(f"{name} spans {span} bytes (> 2**31 - 1): the plan must split the launch")
+    if (lhs.shape[0] if cfg.lhs_k_major else lhs.shape[1]) != m:
+        raise ValueError("lhs rows do not match out rows")
+    rhs_rows, rhs_k = (rhs.shape[0], rhs.shape[1]) if cfg.rhs_k_major else (rhs.shape[1], rhs.shape[0])
+    if rhs_rows != n or rhs_k != k:
+        raise ValueError("rhs does not match out columns / lhs K")
+    lds = tuple(max(t.stride(0), 1) for t in (lhs, rhs, out))
+    return (m, n, k, *lds)
+
+
 def jit_args(
     cfg: KernelConfig,
     out: "torch.Tensor",  # noqa: F821
@@ -445,30 +478,15 @@ def jit_args(
     alpha: float,
     beta: float,
 ) -> tuple:
-    """The arguments of :func:`gemm_launch` (stream excluded) for kernel-facing views.
+    """The arguments of :func:`gemm_launch` (stream excluded) for one launch's kernel-facing views.
 
-    ``lhs`` is ``[M, K]`` if ``cfg.lhs_k_major`` else ``[K, M]``, ``rhs`` likewise with N, ``out``
-    ``[M, N]``; each with unit stride on its last dim and any leading stride (a plan piece's views,
-    storage offsets included: each tensor's data pointer is passed as a 64-bit base). FP8 payloads
-    may arrive as uint8: they are re-viewed, never copied. Raises ValueError for views the kernel
-    cannot address (the plan must not produce them).
+    Each tensor's data pointer, storage offset included, is passed as a 64-bit base, so a plan
+    piece's views need no offset arithmetic in the kernel. FP8 payloads may arrive as uint8: they
+    are re-viewed, never copied. Only host objects are created (graph capture safe).
     """
     import flydsl.compiler as flyc
 
-    m, n = out.shape
-    k = lhs.shape[1] if cfg.lhs_k_major else lhs.shape[0]
-    views = {"out": out, "lhs": lhs, "rhs": rhs}
-    for name, t in views.items():
-        if t.dim() != 2 or (t.stride(1) != 1 and t.shape[1] > 1):
-            raise ValueError(f"{name} must be a 2-D view with unit stride on its last dim, got {t.stride()}")
-        if t.stride(0) > _INT32_MAX or (t.shape[0] - 1) * t.stride(0) + t.shape[1] > _INT32_MAX:
-            raise ValueError(f"{name} spans more than 2**31 - 1 elements: the plan must split it")
-    if (lhs.shape[0] if cfg.lhs_k_major else lhs.shape[1]) != m:
-        raise ValueError("lhs rows do not match out rows")
-    if (rhs.shape[0] if cfg.rhs_k_major else rhs.shape[1]) != n or (
-        rhs.shape[1] if cfg.rhs_k_major else rhs.shape[0]
-    ) != k:
-        raise ValueError("rhs does not match out columns / lhs K")
+    geom = launch_geometry(cfg, out, lhs, rhs)
     lhs = lhs.view(torch_dtype(cfg.lhs_format))
     rhs = rhs.view(torch_dtype(cfg.rhs_format))
 
@@ -480,10 +498,8 @@ def jit_args(
             raise ValueError("FP8 operands need their scale_inv tensors")
         sa, sb = dyn(lhs_scale), dyn(rhs_scale)
     else:
-        sa = sb = dyn(lhs)  # unread placeholders: the kernel takes them only for FP8
-    p = params_for(cfg)
-    lds = [max(t.stride(0), 1) for t in (lhs, rhs, out)]
-    return (dyn(out), dyn(lhs), dyn(rhs), sa, sb, m, n, k, *lds, float(alpha), float(beta), p)
+        sa = sb = dyn(lhs)  # unread placeholders: the kernel reads scales only for FP8
+    return (dyn(out), dyn(lhs), dyn(rhs), sa, sb, *geom, float(alpha), float(beta), params_for(cfg))
 
 
 def placeholder_args(cfg: KernelConfig) -> tuple:

@@ -1,0 +1,44 @@
+"""The tile heuristic: which config of the family runs a problem.
+
+The plan asks with the problem's formats, majorness, output and epilogue (a ``KernelConfig`` with
+default tiles) and its M, N, K. The answer is always a config of the family:
+
+1. ``tile_k`` follows the element size so one LDS row of a K tile is 128 bytes (eight 16-byte DMA
+   chunks, the swizzle's period): 64 for bf16/fp16, 32 for fp32, 128 for FP8.
+2. The output tile is 256 x 256 (the reviewed design's choice: it keeps the MFMA pipe busy with
+   every LDS byte reused 256 times) unless a grid of 256 x 256 tiles would leave most of the 256 CUs
+   idle (fewer than ``SMALL_GRID`` tiles) and a 128 x 128 config of the same kind is backed: then
+   the smaller tile trades reuse for parallelism. K does not influence the tile (the K loop is a
+   runtime loop; split-K is not in the family).
+
+Only configs in ``compiled.BACKED`` are chosen beyond the default, so the heuristic never picks a
+kernel that was not compiled, ISA-checked and run in the emulator.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ...spec import Format
+from .config import KernelConfig
+
+CUS = 256  # MI355X
+SMALL_GRID = CUS // 4
+TILE_K = {Format.BF16: 64, Format.FP16: 64, Format.FP32: 32, Format.FP8_E4M3: 128, Format.FP8_E5M2: 128}
+
+
+def _tiles(m: int, n: int, tile: int) -> int:
+    return -(-m // tile) * -(-n // tile)
+
+
+def select(cfg: KernelConfig, m: int, n: int, k: int) -> KernelConfig:
+    """The family config for an ``m x n x k`` problem of ``cfg``'s kind (see the module docstring)."""
+    del k  # the runtime K loop makes the tile independent of K
+    tile_k = TILE_K.get(cfg.lhs_format, cfg.tile_k)
+    big = dataclasses.replace(cfg, tile_m=256, tile_n=256, tile_k=tile_k, waves=8)
+    if _tiles(m, n, 256) >= SMALL_GRID:
+        return big
+    from ..compiled import BACKED
+
+    small = dataclasses.replace(big, tile_m=128, tile_n=128)
+    return small if small in BACKED else big

@@ -1,0 +1,95 @@
+"""Shared pieces of the kernel tests: skip reasons, random kernel-facing operands, a torch reference."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from te_flydsl_plugin.flydsl import toolchain
+from te_flydsl_plugin.flydsl.kernels.config import KernelConfig
+from te_flydsl_plugin.flydsl.plan_types import GemmPlan, KernelOperand, Piece
+from te_flydsl_plugin.spec import Format
+
+needs_toolchain = pytest.mark.skipif(
+    toolchain.find_ld_lld() is None,
+    reason="no ld.lld >= 18 on this machine: install lld-22 (or ROCm) to compile for gfx950",
+)
+
+_TORCH = {
+    Format.BF16: torch.bfloat16,
+    Format.FP16: torch.float16,
+    Format.FP32: torch.float32,
+    Format.FP8_E4M3: torch.float8_e4m3fn,
+    Format.FP8_E5M2: torch.float8_e5m2,
+}
+
+
+def emulator_reason() -> str | None:
+    """Why the gfx950 emulator cannot run kernels here, or None (it is built in its own issue)."""
+    try:
+        from te_flydsl_plugin.flydsl.emulator import launch, pack_flydsl_kernarg  # noqa: F401
+    except ImportError as exc:
+        return f"the gfx950 emulator is not available yet ({exc})"
+    return None
+
+
+def operand(
+    fmt: Format, rows: int, k: int, k_major: bool, device: str, gen: torch.Generator
+) -> KernelOperand:
+    """A random operand in kernel-facing form (FP8 as a uint8 payload with a per-tensor scale_inv)."""
+    vals = torch.randn(rows, k, generator=gen) * (0.5 if fmt.is_fp8 else 1.0)
+    data = vals.to(_TORCH[fmt])
+    data = data if k_major else data.t().contiguous()
+    scale = None
+    if fmt.is_fp8:
+        data = data.view(torch.uint8)
+        scale = torch.rand(1, generator=gen) + 0.5
+        scale = scale.to(device)
+    return KernelOperand(data.to(device), fmt, k_major, "tensor", scale_inv=scale)
+
+
+def decoded(op: KernelOperand) -> torch.Tensor:
+    """``[rows, K]`` fp32 values of an operand, scale applied: what the kernel multiplies."""
+    t = op.data.view(_TORCH[op.format]) if op.format.is_fp8 else op.data
+    t = t.float() if op.k_major else t.float().t()
+    return t * op.scale_inv.float() if op.scale_inv is not None else t
+
+
+def plan_for(
+    cfg: KernelConfig,
+    m: int,
+    n: int,
+    k: int,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    device: str = "cpu",
+    seed: int = 0,
+    pieces: tuple[Piece, ...] | None = None,
+) -> GemmPlan:
+    """A plan with random operands for ``cfg`` and an output pre-filled with random values."""
+    gen = torch.Generator().manual_seed(seed)
+    lhs = operand(cfg.lhs_format, m, k, cfg.lhs_k_major, device, gen)
+    rhs = operand(cfg.rhs_format, n, k, cfg.rhs_k_major, device, gen)
+    out = torch.randn(m, n, generator=gen).to(_TORCH[cfg.out_format]).to(device)
+    return GemmPlan(
+        problem=None,  # type: ignore[arg-type] - the executor never reads it
+        config=cfg,
+        lhs=lhs,
+        rhs=rhs,
+        out=out,
+        alpha=alpha,
+        beta=beta,
+        pieces=pieces or (Piece(0, m, 0, n, 0, k),),
+    )
+
+
+def reference(plan: GemmPlan, out_before: torch.Tensor) -> torch.Tensor:
+    """``alpha * lhs @ rhs.T + beta * out`` in fp64 from the decoded operands."""
+    acc = decoded(plan.lhs).double() @ decoded(plan.rhs).double().t()
+    return plan.alpha * acc + plan.beta * out_before.double()
+
+
+def tolerance(cfg: KernelConfig, k: int) -> tuple[float, float]:
+    """(atol, rtol) for comparing to the fp64 reference: the output rounding plus fp32 accumulation."""
+    rel = {Format.FP32: 2e-6, Format.BF16: 8e-3, Format.FP16: 1e-3}[cfg.out_format]
+    return rel * max(k, 1) ** 0.5 * 4, rel * 2

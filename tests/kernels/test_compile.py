@@ -1,0 +1,130 @@
+"""Every config of the family compiles for gfx950 on the CPU and stays within its ISA budgets."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from te_flydsl_plugin.flydsl import compiled
+from te_flydsl_plugin.flydsl.kernels import gemm
+from te_flydsl_plugin.flydsl.kernels.config import KernelConfig
+from te_flydsl_plugin.spec import Format
+
+from .helpers import needs_toolchain
+
+pytestmark = [pytest.mark.compile, needs_toolchain]
+
+
+@pytest.mark.parametrize("cfg", compiled.FAMILY, ids=lambda c: c.name)
+def test_isa_budget(cfg: KernelConfig) -> None:
+    rep = compiled.isa_report(cfg)
+    assert rep["ok"], rep
+    assert rep["mfma"] == compiled.EXPECTED_MFMA[cfg.lhs_format]
+    assert rep["mfma_count"] > 0 and rep["scratch_bytes"] == 0 and rep["spills"] == 0
+    assert rep["lds_bytes"] == gemm.geometry(cfg).lds_bytes <= compiled.LDS_BUDGET
+    assert rep["vgpr"] <= compiled.REGISTER_BUDGET
+    assert rep["kernel"].startswith(cfg.name)
+
+
+def test_backed_is_part_of_the_family() -> None:
+    assert set(compiled.BACKED) <= set(compiled.FAMILY)
+
+
+def test_mixed_fp8_uses_per_operand_kinds() -> None:
+    """E4M3 x E5M2 selects the B format through blgp (no conversion): the ISA says blgp:1."""
+    from te_flydsl_plugin.flydsl import toolchain
+
+    cfg = KernelConfig(Format.FP8_E4M3, Format.FP8_E5M2, True, True, Format.BF16, tile_k=128)
+    text = toolchain.disassemble(compiled.compile_config(cfg).code_object)
+    mfmas = [ln for ln in text.splitlines() if "v_mfma_scale_f32_16x16x128_f8f6f4" in ln]
+    assert mfmas and all("blgp:1" in ln and "cbsz" not in ln for ln in mfmas)
+
+
+def test_transposed_operands_read_lds_transposed() -> None:
+    from te_flydsl_plugin.flydsl import toolchain
+
+    cfg = KernelConfig(Format.BF16, Format.BF16, False, False, Format.BF16)
+    assert "ds_read_b64_tr_b16" in toolchain.disassemble(compiled.compile_config(cfg).code_object)
+
+
+def test_direct_to_lds_loads() -> None:
+    from te_flydsl_plugin.flydsl import toolchain
+
+    cfg = KernelConfig(Format.BF16, Format.BF16, True, True, Format.BF16)
+    text = toolchain.disassemble(compiled.compile_config(cfg).code_object)
+    assert any("buffer_load_dwordx4" in ln and " lds" in ln for ln in text.splitlines())
+
+
+def test_cache_memory_then_disk(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("TE_FLYDSL_CACHE_DIR", str(tmp_path))
+    cfg = KernelConfig(Format.FP16, Format.FP16, True, True, Format.FP16)
+    monkeypatch.setattr(compiled, "_memory", {})
+    first = compiled.compile_config(cfg)
+    assert not first.from_disk and compiled.compile_config(cfg) is first
+    assert sorted(p.suffix for p in tmp_path.iterdir()) == [".hsaco", ".json"]
+    monkeypatch.setattr(compiled, "_memory", {})
+    again = compiled.compile_config(cfg)
+    assert again.from_disk and again.code_object == first.code_object and again.resources == first.resources
+
+
+def test_cache_key_ignores_shapes_and_separates_configs() -> None:
+    a = KernelConfig(Format.BF16, Format.BF16, True, True, Format.BF16)
+    b = KernelConfig(Format.BF16, Format.BF16, True, False, Format.BF16)
+    assert compiled.cache_key(a, "gfx950") == compiled.cache_key(a, "gfx950")
+    assert compiled.cache_key(a, "gfx950") != compiled.cache_key(b, "gfx950")
+    assert compiled.cache_key(a, "gfx950") != compiled.cache_key(a, "gfx942")
+
+
+def test_cache_threads_compile_once(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("TE_FLYDSL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(compiled, "_memory", {})
+    calls = []
+    real = compiled._compile
+
+    def counting(cfg: KernelConfig, arch: str) -> compiled.CompiledKernel:
+        calls.append(cfg)
+        return real(cfg, arch)
+
+    monkeypatch.setattr(compiled, "_compile", counting)
+    cfg = KernelConfig(Format.BF16, Format.BF16, True, True, Format.FP32)
+    got: list[compiled.CompiledKernel] = []
+    threads = [threading.Thread(target=lambda: got.append(compiled.compile_config(cfg))) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1 and len({id(g) for g in got}) == 1
+
+
+_CHILD = """
+import sys
+from te_flydsl_plugin.flydsl import compiled
+from te_flydsl_plugin.flydsl.kernels.config import KernelConfig
+from te_flydsl_plugin.spec import Format
+ck = compiled.compile_config(KernelConfig(Format.FP16, Format.FP16, True, False, Format.FP32))
+print(len(ck.code_object))
+"""
+
+
+def test_cache_processes_share_a_directory(tmp_path) -> None:
+    """Two processes racing on one directory both succeed and leave one whole entry."""
+    env = {**__import__("os").environ, "TE_FLYDSL_CACHE_DIR": str(tmp_path)}
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _CHILD], env=env, stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    sizes = {p.communicate(timeout=300)[0].strip() for p in procs}
+    assert all(p.returncode == 0 for p in procs) and len(sizes) == 1
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert [n.rsplit(".", 1)[1] for n in names] == ["hsaco", "json"]  # no temporaries left behind
+
+
+def test_precompile_reports_progress() -> None:
+    seen: list[tuple[int, int]] = []
+    cfgs = compiled.FAMILY[:2]
+    reports = compiled.precompile("gfx950", progress=lambda i, n, r: seen.append((i, n)), configs=cfgs)
+    assert [r["config"] for r in reports] == [c.name for c in cfgs] and seen == [(1, 2), (2, 2)]
+    assert all(r["ok"] and r["compile_s"] >= 0 for r in reports)
