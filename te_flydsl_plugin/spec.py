@@ -298,9 +298,7 @@ class CapabilityRow:
             "epilogues": list(self.epilogues),
             "k_multiple": self.k_multiple,
             "kernel": self.kernel,
-            "backed": [
-                {"layout": lay.value, "out_dtype": o.value, "epilogue": e} for lay, o, e in self.backed
-            ],
+            "backed": [{"layout": lay.value, "out_dtype": o.value, "epilogue": e} for lay, o, e in self.backed],
             "notes": self.notes,
         }
 

@@ -145,9 +145,7 @@ def _check_storage(p: GemmProblem, no) -> None:
         have = op.rowwise if rowwise else op.columnwise
         if not have:
             what = (
-                ("data" if rowwise else "transpose")
-                if op.format.is_fp8
-                else ("rowwise" if rowwise else "columnwise")
+                ("data" if rowwise else "transpose") if op.format.is_fp8 else ("rowwise" if rowwise else "columnwise")
             )
             no(
                 ReasonCode.LAYOUT,

@@ -32,9 +32,7 @@ def _plain(t: torch.Tensor, k_major: bool, rows: int, k: int) -> KernelOperand:
 def _fp8(op: Fp8Operand, use_data: bool, rows: int, k: int) -> KernelOperand:
     # K-major either way: ``data`` is [rows, K] where the layout reads it so, else the transpose is.
     t = op.data if use_data else op.transpose
-    return KernelOperand(
-        t.view(rows, k), op.format, True, "data" if use_data else "transpose", scale_inv=op.scale_inv
-    )
+    return KernelOperand(t.view(rows, k), op.format, True, "data" if use_data else "transpose", scale_inv=op.scale_inv)
 
 
 def _mx(op: MXFP8Operand, rowwise: bool, rows: int, k: int, pack: Any) -> KernelOperand:
@@ -135,9 +133,7 @@ def config_for(problem: GemmProblem, lhs: KernelOperand, rhs: KernelOperand) -> 
     return select(cfg, problem.m, problem.n, problem.k)
 
 
-def build(
-    problem: GemmProblem, call: GemmCall, limit: int = matrix.MAX_LAUNCH_BYTES, pack: Any = None
-) -> GemmPlan:
+def build(problem: GemmProblem, call: GemmCall, limit: int = matrix.MAX_LAUNCH_BYTES, pack: Any = None) -> GemmPlan:
     """The plan for a problem ``check`` accepted; ``call.A``/``call.B`` are operand views."""
     p = problem
     rhs = operand(call.A, p.layout, True, p.n, p.k, pack)

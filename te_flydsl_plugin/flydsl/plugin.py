@@ -81,9 +81,7 @@ class FlydslBackend:
                 missing.append("ld.lld >= 18 (apt-get install lld-22)")
             if missing:
                 return ex, Verdict.no(
-                    Reason(
-                        ReasonCode.UNAVAILABLE, f"emulator executor needs {', '.join(missing)}", "executor"
-                    )
+                    Reason(ReasonCode.UNAVAILABLE, f"emulator executor needs {', '.join(missing)}", "executor")
                 )
             return ex, Verdict.yes()
         from ..host.device import current_arch

@@ -63,12 +63,16 @@ class Settings:
         )
 
 
-@dataclass(frozen=True)
 class Decision:
-    """A cached verdict for one problem."""
+    """A cached verdict for one problem; hashed by identity and precomputed, as it is counted per call."""
 
-    problem: GemmProblem
-    verdict: Verdict
+    __slots__ = ("codes", "ok", "problem", "verdict")
+
+    def __init__(self, problem: GemmProblem, verdict: Verdict):
+        self.problem = problem
+        self.verdict = verdict
+        self.ok = verdict.ok
+        self.codes = tuple(r.code.value for r in verdict.reasons)
 
 
 class Dispatcher:
@@ -81,8 +85,7 @@ class Dispatcher:
         self._lock = threading.Lock()
         self._by_backend: Counter[str] = Counter()
         self._by_reason: Counter[str] = Counter()
-        self._fallbacks: Counter[GemmProblem] = Counter()
-        self._decisions: dict[GemmProblem, Verdict] = {}
+        self._fallbacks: Counter[Decision] = Counter()
         self._warned: set[str] = set()
         self.unavailable: Verdict = Verdict.yes()
         if backend is not None:
@@ -112,13 +115,10 @@ class Dispatcher:
             try:
                 verdict = self.backend.check(problem)
             except Exception as exc:  # check() must be pure and total; a bug there is a decline with a reason
-                verdict = Verdict.no(
-                    Reason(ReasonCode.UNAVAILABLE, f"check() raised {type(exc).__name__}: {exc}")
-                )
+                verdict = Verdict.no(Reason(ReasonCode.UNAVAILABLE, f"check() raised {type(exc).__name__}: {exc}"))
         decision = Decision(problem, verdict)
         with self._lock:
             self.cache[key] = decision
-            self._decisions[problem] = verdict
         return decision
 
     def ran_backend(self) -> None:
@@ -131,13 +131,14 @@ class Dispatcher:
             self._by_backend["native"] += 1
             if decision is None:
                 return
-            self._fallbacks[decision.problem] += 1
-            for r in decision.verdict.reasons:
-                self._by_reason[r.code.value] += 1
+            self._fallbacks[decision] += 1
+            for code in decision.codes:
+                self._by_reason[code] += 1
         if self.settings.strict:
             raise GemmNotSupportedError(self.name, decision.problem, decision.verdict)
         for r in decision.verdict.reasons:
-            self._warn_once(r.code.value, f"{self.name} declined a GEMM, running TE's own GEMM: {r.message}")
+            if r.code.value not in self._warned:  # read without the lock: a set lookup is atomic
+                self._warn_once(r.code.value, f"{self.name} declined a GEMM, running TE's own GEMM: {r.message}")
 
     def _warn_once(self, code: str, message: str) -> None:
         with self._lock:
@@ -160,11 +161,11 @@ class Dispatcher:
                 "by_reason": dict(self._by_reason),
                 "fallbacks": [
                     {
-                        "problem": p.to_dict(),
-                        "reasons": [r.to_dict() for r in self._decisions[p].reasons],
+                        "problem": d.problem.to_dict(),
+                        "reasons": [r.to_dict() for r in d.verdict.reasons],
                         "count": n,
                     }
-                    for p, n in fallbacks
+                    for d, n in fallbacks
                 ],
             }
 

@@ -35,7 +35,8 @@ _TORCH_FORMATS: dict[Any, Format] = {
     torch.float16: Format.FP16,
     torch.bfloat16: Format.BF16,
 }
-_dtype_formats: dict[Any, Format] = dict(_TORCH_FORMATS)
+# Formats name themselves, so callers without torch or TE dtypes (the CLI) can pass them directly.
+_dtype_formats: dict[Any, Format] = {**_TORCH_FORMATS, **{f: f for f in Format}}
 _converters: dict[type, Converter] = {}
 _lock = threading.Lock()
 
@@ -83,9 +84,7 @@ def _unknown(x: Any) -> View:
         shape = tuple(int(s) for s in shape)
     except (TypeError, ValueError):
         shape = ()
-    return Unsupported(
-        Format.OTHER, shape, f"unrecognised operand type {type(x).__module__}.{type(x).__qualname__}"
-    )
+    return Unsupported(Format.OTHER, shape, f"unrecognised operand type {type(x).__module__}.{type(x).__qualname__}")
 
 
 def view(x: Any) -> View:

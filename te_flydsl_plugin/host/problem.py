@@ -28,9 +28,7 @@ def _split(shape: tuple[int, ...]) -> tuple[int, int]:
     return math.prod(shape[:-1]), shape[-1]
 
 
-def gemm_dims(
-    layout: Layout, a: tuple[int, ...], b: tuple[int, ...]
-) -> tuple[int, int, int, int, tuple[int, ...]]:
+def gemm_dims(layout: Layout, a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, int, int, int, tuple[int, ...]]:
     """(m, n, k_from_a, k_from_b, out_shape) for TE's layout rule."""
     a_rows, a_cols = _split(a)
     b_rows, b_cols = _split(b)
@@ -57,9 +55,7 @@ def _present(t: Any) -> bool:
     return t is not None and t.numel() != 0
 
 
-def build(
-    call: GemmCall, a_spec: OperandSpec, b_spec: OperandSpec, arch: str, device_type: str = ""
-) -> GemmProblem:
+def build(call: GemmCall, a_spec: OperandSpec, b_spec: OperandSpec, arch: str, device_type: str = "") -> GemmProblem:
     """The problem for ``call`` whose operands have the given specs, evaluated for ``arch``."""
     layout = Layout.of(call.transA, call.transB)
     m, n, ka, kb, out_shape = gemm_dims(layout, a_spec.shape, b_spec.shape)
@@ -77,9 +73,7 @@ def build(
         out_contig = d.is_contiguous()
         out_matches = d.numel() == math.prod(out_shape) and d_fmt is out_dtype
         if not out_matches:
-            errors.append(
-                f"D {tuple(d.shape)} {d.dtype} does not hold the {out_shape} {out_dtype.value} output"
-            )
+            errors.append(f"D {tuple(d.shape)} {d.dtype} does not hold the {out_shape} {out_dtype.value} output")
     beta = _beta(call)
     if (call.accumulate or beta != 0.0) and not out_given:
         errors.append("accumulate / beta != 0 needs D")

@@ -71,9 +71,7 @@ def _dist_of(ep: Any) -> tuple[str, str]:
 
 def load(entry_points: Iterable[Any] | None = None) -> Registry:
     """Load every plugin of the group (or the given entry points, for tests)."""
-    eps = (
-        entry_points if entry_points is not None else importlib_metadata.entry_points(group=ENTRY_POINT_GROUP)
-    )
+    eps = entry_points if entry_points is not None else importlib_metadata.entry_points(group=ENTRY_POINT_GROUP)
     reg = Registry()
     for ep in eps:
         dist, version = _dist_of(ep)

@@ -3,7 +3,8 @@
 The wrapper has ``transformer_engine_torch.generic_gemm``'s exact signature and return value. On the
 hot path it builds a cheap key from operand metadata, finds the cached decision, and either runs the
 backend or forwards the call to ``native`` exactly as it came (same positional and keyword
-arguments). The full :class:`GemmProblem` is built only when a key is new.
+arguments). The full :class:`GemmProblem` is built only when a key is new. The key holds everything
+the problem is derived from, so a cached decision is always the decision for this call.
 """
 
 from __future__ import annotations
@@ -12,34 +13,34 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 from ..spec import GemmCall
 from . import dispatch, operands, problem
 from .device import arch_of
 
-_KW_DEFAULTS = {
-    "comm_overlap": None,
-    "comm_type": None,
-    "extra_output": None,
-    "bulk_overlap": False,
-    "alpha": 1.0,
-    "beta": None,
-}
-_TAIL = tuple(_KW_DEFAULTS)
+_TAIL = ("comm_overlap", "comm_type", "extra_output", "bulk_overlap", "alpha", "beta")
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
 def _tensor_key(t: Any) -> Any:
     return None if t is None else (t.dtype, t.shape, t.is_contiguous())
 
 
-def _device_of(v: Any) -> tuple[str, int | None]:
-    t = v
-    if not hasattr(t, "device"):
-        t = getattr(v, "data", None) if getattr(v, "data", None) is not None else None
-        for name in ("transpose", "rowwise_data", "columnwise_data"):
-            if t is None:
-                t = getattr(v, name, None)
-    dev = getattr(t, "device", None)
-    return (dev.type, dev.index) if dev is not None else ("cpu", None)
+def _storage_tensor(v: Any) -> Any:
+    """A tensor of an operand view, to learn its device."""
+    if isinstance(v, torch.Tensor):
+        return v
+    for name in ("data", "transpose", "rowwise_data", "columnwise_data"):
+        t = getattr(v, name, None)
+        if t is not None:
+            return t
+    return None
+
+
+def _device(v: Any) -> tuple[str, int | None]:
+    t = _storage_tensor(v)
+    return (t.device.type, t.device.index) if t is not None else ("cpu", None)
 
 
 def wrap_generic_gemm(native: Callable[..., Any]) -> Callable[..., Any]:
@@ -66,166 +67,65 @@ def wrap_generic_gemm(native: Callable[..., Any]) -> Callable[..., Any]:
         *rest: Any,
         **kwargs: Any,
     ) -> Any:
+        args = (A, transA, B, transB, D, quantizer, output_dtype, bias, bias_type, gelu, gelu_in, grad,
+                workspace, workspace_size, accumulate, use_split_accumulator)  # fmt: skip
         d = dispatch._current or dispatch.current()
         if d.backend is None:
-            return native(
-                A,
-                transA,
-                B,
-                transB,
-                D,
-                quantizer,
-                output_dtype,
-                bias,
-                bias_type,
-                gelu,
-                gelu_in,
-                grad,
-                workspace,
-                workspace_size,
-                accumulate,
-                use_split_accumulator,
-                *rest,
-                **kwargs,
-            )
-        tail = dict(_KW_DEFAULTS)
-        if rest:
-            tail.update(zip(_TAIL, rest, strict=False))
-        if kwargs:
-            tail.update(kwargs)
-        va, vb = operands.view(A), operands.view(B)
-        dev = _device_of(vb)
+            return native(*args, *rest, **kwargs)
+        # TE passes the tail as keywords; a positional tail is merged for reading only, never forwarded so.
+        get = kwargs.get if not rest else {**dict(zip(_TAIL, rest, strict=False)), **kwargs}.get
+        comm, ctype, extra = get("comm_overlap"), get("comm_type"), get("extra_output")
+        bulk, alpha, beta = get("bulk_overlap", False), get("alpha", 1.0), get("beta")
+        va = A if type(A) in _PLAIN else operands.view(A)
+        vb = B if type(B) in _PLAIN else operands.view(B)
+        tb = vb if type(vb) in _PLAIN else _storage_tensor(vb)
         key = (
-            transA,
-            transB,
-            operands.key_of(va),
-            operands.key_of(vb),
-            _tensor_key(D),
+            transA, transB,
+            (va.dtype, va.shape, va.is_contiguous()) if type(va) in _PLAIN else operands.key_of(va),
+            (vb.dtype, vb.shape, vb.is_contiguous()) if type(vb) in _PLAIN else operands.key_of(vb),
+            None if D is None else (D.dtype, D.shape, D.is_contiguous()),
             output_dtype,
-            _tensor_key(bias),
-            gelu,
-            gelu_in is None,
-            grad,
-            accumulate,
-            quantizer is None,
-            tail["comm_overlap"] is None and tail["comm_type"] is None and tail["extra_output"] is None,
-            tail["bulk_overlap"],
-            tail["alpha"],
-            tail["beta"],
-            dev,
-        )
+            None if bias is None else (bias.dtype, bias.shape),
+            gelu, gelu_in is None, grad, accumulate, quantizer is None,
+            comm is None and ctype is None and extra is None, bulk, alpha, beta,
+            None if tb is None else (tb.is_cuda, tb.get_device(), tb.is_meta),
+        )  # fmt: skip
         decision = d.cache.get(key)
-        call = None
         if decision is None:
-            call = _call(
-                va,
-                transA,
-                vb,
-                transB,
-                D,
-                quantizer,
-                output_dtype,
-                bias,
-                bias_type,
-                gelu,
-                gelu_in,
-                grad,
-                workspace,
-                workspace_size,
-                accumulate,
-                use_split_accumulator,
-                tail,
-            )
+            call = _call(va, vb, args, (comm, ctype, extra, bulk, alpha, beta))
+            dev = _device(vb)
             arch = d.settings.target_arch or arch_of(*dev)
-            decision = d.decide(
-                key, problem.build(call, operands.spec_of(va), operands.spec_of(vb), arch, dev[0])
-            )
-        if decision.verdict.ok:
-            if call is None:
-                call = _call(
-                    va,
-                    transA,
-                    vb,
-                    transB,
-                    D,
-                    quantizer,
-                    output_dtype,
-                    bias,
-                    bias_type,
-                    gelu,
-                    gelu_in,
-                    grad,
-                    workspace,
-                    workspace_size,
-                    accumulate,
-                    use_split_accumulator,
-                    tail,
-                )
-            out = d.backend.run(decision.problem, call)
+            decision = d.decide(key, problem.build(call, operands.spec_of(va), operands.spec_of(vb), arch, dev[0]))
+        if decision.ok:
+            out = d.backend.run(decision.problem, _call(va, vb, args, (comm, ctype, extra, bulk, alpha, beta)))
             d.ran_backend()
             return out
         d.ran_native(decision)
-        return native(
-            A,
-            transA,
-            B,
-            transB,
-            D,
-            quantizer,
-            output_dtype,
-            bias,
-            bias_type,
-            gelu,
-            gelu_in,
-            grad,
-            workspace,
-            workspace_size,
-            accumulate,
-            use_split_accumulator,
-            *rest,
-            **kwargs,
-        )
+        return native(*args, *rest, **kwargs)
 
     generic_gemm.__te_flydsl_native__ = native  # type: ignore[attr-defined]
     return generic_gemm
 
 
-def _call(
-    va: Any,
-    transA: bool,
-    vb: Any,
-    transB: bool,
-    D: Any,
-    quantizer: Any,
-    output_dtype: Any,
-    bias: Any,
-    bias_type: Any,
-    gelu: bool,
-    gelu_in: Any,
-    grad: bool,
-    workspace: Any,
-    workspace_size: int,
-    accumulate: bool,
-    use_split_accumulator: bool,
-    tail: dict[str, Any],
-) -> GemmCall:
-    """The call as data; A and B are already operand views (``host/operands.py``)."""
-    return GemmCall(
-        va,
-        bool(transA),
-        vb,
-        bool(transB),
+def _call(va: Any, vb: Any, args: tuple[Any, ...], tail: tuple[Any, ...]) -> GemmCall:
+    """The call as data; A and B are operand views (``host/operands.py``)."""
+    (
+        _,
+        transA,
+        _,
+        transB,
         D,
         quantizer,
         output_dtype,
         bias,
         bias_type,
-        bool(gelu),
+        gelu,
         gelu_in,
-        bool(grad),
-        workspace,
-        workspace_size,
-        bool(accumulate),
-        bool(use_split_accumulator),
-        **tail,
-    )
+        grad,
+        ws,
+        ws_size,
+        acc,
+        split,
+    ) = args
+    return GemmCall(va, bool(transA), vb, bool(transB), D, quantizer, output_dtype, bias, bias_type, bool(gelu),
+                    gelu_in, bool(grad), ws, ws_size, bool(acc), bool(split), *tail)  # fmt: skip

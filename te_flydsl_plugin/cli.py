@@ -1,0 +1,388 @@
+"""``te-flydsl-plugin``: capabilities | check | plugins | doctor | precompile.
+
+Every command takes ``--json``. Errors are one line on stderr with exit status 2, never a traceback.
+``check`` exits 0 when the GEMM is supported and 1 when it is not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .spec import Capabilities, Format, GemmCall, GemmProblem, Layout, OperandSpec
+
+FORMAT_CHOICES = [f.value for f in Format if f not in (Format.OTHER, Format.FP8_BLOCK)]
+OUT_CHOICES = ["fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2"]
+
+
+class CliError(Exception):
+    """A user-facing error: printed as one line, exit status 2."""
+
+
+def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
+    print(json.dumps(data, indent=2) if args.json else text)
+
+
+# ---------------------------------------------------------------- capabilities
+
+
+def markdown(caps: Capabilities) -> str:
+    """The capability table as Markdown (docs/capabilities.md is exactly this text)."""
+    lines = [
+        f"# Capabilities of the `{caps.backend}` backend",
+        "",
+        "Generated from `te_flydsl_plugin/flydsl/matrix.py` by `te-flydsl-plugin capabilities --markdown`;",
+        "a test fails when this file differs from the matrix. A and B are TE's operands (A: weight side,",
+        "B: input side). *Backed* lists the combinations a compiled gfx950 kernel backs (compiled, ISA-checked",
+        "and run in the emulator); the `flydsl` and `emulator` executors accept only those, the `reference`",
+        "executor accepts every row.",
+        "",
+        f"Target archs: {', '.join(caps.archs)}",
+        "",
+        "| A | B | layouts | outputs | epilogues | K multiple | kernel | backed |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in caps.rows:
+        backed = "<br>".join(f"{lay.value} {o.value} {e}" for lay, o, e in r.backed) or "no"
+        lines.append(
+            f"| {r.a_format.value} | {r.b_format.value} | {' '.join(x.value for x in r.layouts)} | "
+            f"{' '.join(x.value for x in r.out_dtypes)} | {' '.join(r.epilogues)} | {r.k_multiple} | "
+            f"`{r.kernel}` | {backed} |"
+        )
+    lines += ["", "## Rules", ""]
+    lines += [f"- **{topic}**: {rule}" for topic, rule in caps.rules]
+    return "\n".join(lines) + "\n"
+
+
+def _table(caps: Capabilities) -> str:
+    head = ("A", "B", "layouts", "outputs", "K%", "backed", "kernel")
+    rows = [
+        (
+            r.a_format.value,
+            r.b_format.value,
+            ",".join(x.value for x in r.layouts),
+            ",".join(x.value for x in r.out_dtypes),
+            str(r.k_multiple),
+            f"{len(r.backed)} combos" if r.backed else "no",
+            r.kernel,
+        )
+        for r in caps.rows
+    ]
+    widths = [max(len(x) for x in col) for col in zip(head, *rows, strict=True)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    out = [f"{caps.backend} backend, archs: {', '.join(caps.archs)}", fmt.format(*head)]
+    out += [fmt.format(*row) for row in rows]
+    out += ["", "epilogues: " + ", ".join(caps.rows[0].epilogues) if caps.rows else ""]
+    out += [f"{topic}: {rule}" for topic, rule in caps.rules]
+    return "\n".join(out)
+
+
+def cmd_capabilities(args: argparse.Namespace) -> int:
+    from .flydsl import matrix
+
+    caps = matrix.capabilities()
+    if args.arch and args.arch not in caps.archs:
+        raise CliError(f"the flydsl backend targets {', '.join(caps.archs)}; --arch {args.arch} has no kernels")
+    if args.markdown:
+        print(
+            json.dumps({"markdown": markdown(caps)}) if args.json else markdown(caps),
+            end="" if not args.json else "\n",
+        )
+        return 0
+    _emit(args, caps.to_dict(), _table(caps))
+    return 0
+
+
+# ---------------------------------------------------------------- check
+
+
+def problem_from_args(args: argparse.Namespace) -> GemmProblem:
+    """A GemmProblem for the CLI's M/N/K (output rows, output columns, reduction) and formats."""
+    from .host import problem as _problem
+
+    layout = Layout(args.layout)
+    m, n, k = args.m, args.n, args.k
+    a_shape = (n, k) if layout in (Layout.TN, Layout.TT) else (k, n)
+    b_shape = (k, m) if layout in (Layout.NT, Layout.TT) else (m, k)
+
+    def spec(fmt: str, shape: tuple[int, int]) -> OperandSpec:
+        f = Format(fmt)
+        quant = f.is_quantized
+        return OperandSpec(f, shape, rowwise=True, columnwise=quant, nbytes=shape[0] * shape[1] * max(f.itemsize, 1))
+
+    out_fmt = Format(args.out_dtype)
+    call = GemmCall(
+        A=None, transA=layout in (Layout.TN, Layout.TT), B=None, transB=layout in (Layout.NT, Layout.TT),
+        D=None, quantizer=object() if args.output_quantizer else None, output_dtype=out_fmt, bias=None,
+        bias_type=None, gelu=args.gelu, gelu_in=object() if (args.gelu and args.grad) else None, grad=args.grad,
+        workspace=None, workspace_size=0, accumulate=args.accumulate, use_split_accumulator=False,
+        comm_overlap=object() if args.comm_overlap else None, alpha=args.alpha, beta=args.beta,
+    )  # fmt: skip
+    p = _problem.build(call, spec(args.a_format, a_shape), spec(args.b_format, b_shape), args.arch, "")
+    # The CLI has no tensors: D is "given" when accumulating, bias sized as the epilogue needs it.
+    changes: dict[str, Any] = {"out_given": p.out_given or args.accumulate or args.beta not in (None, 0.0)}
+    if changes["out_given"]:
+        changes["shape_error"] = "; ".join(e for e in p.shape_error.split("; ") if e and "needs D" not in e)
+    if args.bias:
+        changes.update(bias=True, bias_dtype=Format.BF16 if out_fmt is Format.FP32 else out_fmt)
+        changes["bias_numel"] = m if (args.grad and not args.gelu) else n
+    import dataclasses
+
+    return dataclasses.replace(p, **changes)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from .flydsl import check as _check
+
+    for name in ("m", "n", "k"):
+        if getattr(args, name) < 0:
+            raise CliError(f"--{name} must be >= 0, got {getattr(args, name)}")
+    p = problem_from_args(args)
+    verdict = _check.check(p, args.executor)
+    data = {"backend": "flydsl", "executor": args.executor, "arch": args.arch, **verdict.to_dict(),
+            "problem": p.to_dict()}  # fmt: skip
+    if verdict.ok:
+        text = f"supported: {p.layout.value} m={p.m} n={p.n} k={p.k} runs on flydsl ({args.executor})"
+    else:
+        text = "not supported:\n" + "\n".join(f"  [{r.code.value}] {r.field}: {r.message}" for r in verdict.reasons)
+    _emit(args, data, text)
+    return 0 if verdict.ok else 1
+
+
+# ---------------------------------------------------------------- plugins
+
+
+def cmd_plugins(args: argparse.Namespace) -> int:
+    from .host import registry
+
+    reg = registry.load()
+    rows = [
+        {
+            "entry_point": p.name,
+            "value": p.value,
+            "distribution": p.distribution,
+            "version": p.version,
+            "status": p.status,
+            "error": p.error,
+            "backends": [{"name": b.name, "version": b.version} for b in p.backends],
+        }
+        for p in reg.plugins
+    ]
+    lines = [f"{len(rows)} GEMM backend plugin(s) in entry-point group transformer_engine.gemm_backends"]
+    for r in rows:
+        names = ", ".join(f"{b['name']} {b['version']}" for b in r["backends"]) or "-"
+        lines.append(f"  {r['entry_point']:<12} {r['status']:<7} {names}  ({r['distribution']} {r['version']})")
+        if r["error"]:
+            lines.append(f"    error: {r['error']}")
+    _emit(args, {"plugins": rows}, "\n".join(lines))
+    return 0
+
+
+# ---------------------------------------------------------------- doctor
+
+
+def _version(mod: str) -> str | None:
+    import importlib_metadata
+
+    try:
+        return importlib_metadata.version(mod)
+    except importlib_metadata.PackageNotFoundError:
+        return None
+
+
+def doctor_report() -> dict[str, Any]:
+    """Everything ``doctor`` prints, as data; each problem comes with its fix."""
+    import os
+
+    import torch
+
+    from .flydsl import toolchain
+    from .host import dispatch, registry
+    from .host.device import current_arch
+
+    problems: list[dict[str, str]] = []
+    versions = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformer_engine": _version("transformer_engine"),
+        "flydsl": _version("flydsl"),
+        "pluggy": _version("pluggy"),
+        "te_flydsl_plugin": _version("te-flydsl-plugin"),
+    }
+    settings = dispatch.Settings.from_env()
+    reg = registry.load()
+    backend_status = "native (TE's own GEMM; NVTE_GEMM_BACKEND unset)"
+    executor = availability = None
+    if settings.backend:
+        if settings.backend not in reg.backends:
+            problems.append({
+                "problem": f"NVTE_GEMM_BACKEND={settings.backend!r} names no installed backend",
+                "fix": f"use one of: {', '.join(sorted(reg.backends)) or 'none installed'}, or unset it",
+            })  # fmt: skip
+        else:
+            b = reg.backends[settings.backend]
+            v = b.availability()
+            executor = getattr(b, "executor", None)
+            availability = v.to_dict()
+            backend_status = f"{b.name} {b.version}"
+            for r in v.reasons:
+                problems.append({"problem": r.message, "fix": "see README: executors and NVTE_FLYDSL_EXECUTOR"})
+    for p in reg.plugins:
+        if p.error:
+            problems.append({"problem": f"plugin {p.name!r} failed to load: {p.error}",
+                             "fix": f"reinstall or uninstall {p.distribution or p.value}"})  # fmt: skip
+    lld = toolchain.find_ld_lld()
+    objdump = toolchain.llvm_tool("llvm-objdump")
+    if lld is None:
+        problems.append({"problem": "no ld.lld >= 18: gfx950 code cannot be compiled here",
+                         "fix": "apt-get install lld-22 (or install ROCm)"})  # fmt: skip
+    if objdump is None:
+        problems.append({"problem": "no llvm-objdump >= 18: ISA checks and the emulator cannot read code objects",
+                         "fix": "apt-get install llvm-22"})  # fmt: skip
+    if versions["flydsl"] is None:
+        problems.append({"problem": "flydsl is not installed: no kernels can be compiled",
+                         "fix": "pip install flydsl (Linux x86_64 wheels)"})  # fmt: skip
+    te_path = None
+    try:
+        from .host import te
+
+        te_path = te.active_path() if hasattr(te, "active_path") else None
+    except Exception as exc:  # doctor reports, it never fails on a broken TE
+        te_path = f"unknown ({type(exc).__name__}: {exc})"
+    return {
+        "versions": versions,
+        "device": {
+            "arch": current_arch(),
+            "cuda_available": torch.cuda.is_available(),
+            "hip": torch.version.hip,
+        },
+        "selected_backend": backend_status,
+        "executor": executor,
+        "executor_requested": os.environ.get("NVTE_FLYDSL_EXECUTOR", "auto"),
+        "availability": availability,
+        "target_arch": settings.target_arch or None,
+        "strict": settings.strict,
+        "te_gemm_path": te_path,
+        "gfx950_compile": {
+            "ld_lld": lld,
+            "llvm_objdump": objdump,
+            "possible": bool(lld and objdump and versions["flydsl"]),
+        },
+        "problems": problems,
+    }
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    rep = doctor_report()
+    v = rep["versions"]
+    lines = [f"{k}: {v[k] or 'not installed'}" for k in v]
+    lines += [
+        f"device arch: {rep['device']['arch']}",
+        f"selected backend: {rep['selected_backend']}",
+        f"executor: {rep['executor'] or '-'} (requested {rep['executor_requested']})",
+        f"TE GEMM path: {rep['te_gemm_path'] or 'TE not loaded'}",
+        f"gfx950 compile possible: {rep['gfx950_compile']['possible']} (ld.lld: {rep['gfx950_compile']['ld_lld']})",
+    ]
+    lines += ["problems: none"] if not rep["problems"] else ["problems:"]
+    lines += [f"  - {p['problem']}\n    fix: {p['fix']}" for p in rep["problems"]]
+    _emit(args, rep, "\n".join(lines))
+    return 0
+
+
+# ---------------------------------------------------------------- precompile
+
+
+def cmd_precompile(args: argparse.Namespace) -> int:
+    try:
+        from .flydsl import compiled
+    except ImportError as exc:
+        raise CliError(f"the kernel family cannot be loaded: {exc}") from exc
+    from .flydsl import toolchain
+
+    if toolchain.find_ld_lld() is None:
+        raise CliError("no ld.lld >= 18 found: apt-get install lld-22 (or install ROCm)")
+    tty = sys.stderr.isatty() and not args.json
+
+    def progress(i: int, total: int, name: str) -> None:
+        if tty:
+            print(f"\r[{i}/{total}] {name[:70]:<70}", end="", file=sys.stderr, flush=True)
+
+    try:
+        rows = compiled.precompile(args.arch, progress=progress)
+    except toolchain.ToolchainError as exc:
+        raise CliError(str(exc)) from exc
+    if tty:
+        print(file=sys.stderr)
+    lines = [f"{len(rows)} kernel config(s) compiled for {args.arch}"]
+    for r in rows:
+        lines.append("  " + "  ".join(f"{k}={v}" for k, v in r.items()))
+    _emit(args, {"arch": args.arch, "kernels": rows}, "\n".join(lines))
+    return 0
+
+
+# ---------------------------------------------------------------- main
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2 (argparse's own convention for usage errors)
+        raise CliError(f"{self.prog}: {message}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="te-flydsl-plugin", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    def add(name: str, fn: Callable[[argparse.Namespace], int], help: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help)
+        p.add_argument("--json", action="store_true", help="machine-readable output")
+        p.set_defaults(fn=fn)
+        return p
+
+    p = add("capabilities", cmd_capabilities, "print the capability matrix")
+    p.add_argument("--arch", default=None, help="the target arch (default: every arch the backend targets)")
+    p.add_argument("--markdown", action="store_true", help="the Markdown table of docs/capabilities.md")
+
+    p = add("check", cmd_check, "would this GEMM run on FlyDSL, and if not, why")
+    p.add_argument("--layout", required=True, choices=[x.value for x in Layout])
+    p.add_argument("--m", type=int, required=True, help="output rows")
+    p.add_argument("--n", type=int, required=True, help="output columns")
+    p.add_argument("--k", type=int, required=True, help="reduction length")
+    p.add_argument("--a-format", required=True, choices=FORMAT_CHOICES, help="TE's A (weight side)")
+    p.add_argument("--b-format", required=True, choices=FORMAT_CHOICES, help="TE's B (input side)")
+    p.add_argument("--out-dtype", required=True, choices=OUT_CHOICES)
+    for flag in ("bias", "gelu", "grad", "accumulate", "output-quantizer", "comm-overlap"):
+        p.add_argument(f"--{flag}", action="store_true")
+    p.add_argument("--alpha", type=float, default=1.0)
+    p.add_argument("--beta", type=float, default=None)
+    p.add_argument("--arch", default="gfx950")
+    p.add_argument("--executor", default="flydsl", choices=["flydsl", "reference"])
+
+    add("plugins", cmd_plugins, "installed GEMM backends")
+    add("doctor", cmd_doctor, "versions, device, selection, toolchain; each problem with its fix")
+
+    p = add("precompile", cmd_precompile, "compile every backed kernel config and print its ISA report")
+    p.add_argument("--arch", default="gfx950")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return args.fn(args)
+    except CliError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 2
+    except Exception as exc:  # the CLI's contract: one line, never a traceback
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

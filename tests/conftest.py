@@ -1,0 +1,37 @@
+"""Shared fixtures: a dispatcher on the FlyDSL backend's reference executor, and a native that records calls."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from te_flydsl_plugin.host import dispatch
+
+
+class RecordingNative:
+    """Stands in for TE's generic_gemm: records every call; returns a marker so tests see it ran."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+
+    def __call__(self, *args: Any, **kwargs: Any) -> list[Any]:
+        self.calls.append((args, kwargs))
+        return ["native", None, None, None]
+
+
+@pytest.fixture
+def native() -> RecordingNative:
+    return RecordingNative()
+
+
+@pytest.fixture
+def reference_dispatcher() -> Iterator[dispatch.Dispatcher]:
+    """The FlyDSL backend selected, plans executed by the reference executor, for every format."""
+    d = dispatch.configure(backend="flydsl", executor="reference", env={})
+    yield d
+    dispatch.configure(backend="default", executor=None, env={})
+    from te_flydsl_plugin.flydsl.plugin import backend
+
+    backend().select_executor("auto")

@@ -1,0 +1,140 @@
+"""Dispatcher: one check per distinct problem, counters, warn-once, strict mode, the exit report, threads."""
+
+from __future__ import annotations
+
+import threading
+import warnings
+
+import pytest
+import torch
+
+import te_flydsl_plugin as tp
+from te_flydsl_plugin.host import dispatch
+from te_flydsl_plugin.spec import Reason, ReasonCode, Verdict
+
+
+class CountingBackend:
+    """Declines K=64, accepts the rest; counts check() calls."""
+
+    name, version = "counting", "1"
+
+    def __init__(self, availability: Verdict | None = None, raises: bool = False):
+        self.checks = 0
+        self._availability = availability if availability is not None else Verdict.yes()
+        self.raises = raises
+
+    def capabilities(self):
+        raise NotImplementedError
+
+    def availability(self) -> Verdict:
+        return self._availability
+
+    def check(self, problem) -> Verdict:
+        self.checks += 1
+        if self.raises:
+            raise KeyError("bug in check")
+        if problem.k == 64:
+            return Verdict.no(Reason(ReasonCode.ALIGNMENT, "k=64 is declined by this test backend", "k"))
+        return Verdict.yes()
+
+    def run(self, problem, call):
+        return ["backend", None, None, None]
+
+
+@pytest.fixture
+def use(monkeypatch):
+    def install(backend, **settings):
+        d = dispatch.Dispatcher(dispatch.Settings(backend=backend.name, **settings), backend)
+        monkeypatch.setattr(dispatch, "_current", d)
+        return d
+
+    return install
+
+
+def gemm_call(gemm, k: int, m: int = 8):
+    a, b = torch.randn(16, k), torch.randn(m, k)
+    return gemm(a, True, b, False, None, None, torch.float32, None, None, False, None, False, None, 0, False, False)
+
+
+def test_one_check_per_distinct_problem(use, native):
+    backend = CountingBackend()
+    use(backend)
+    gemm = tp.wrap_generic_gemm(native)
+    for _ in range(5):
+        assert gemm_call(gemm, 32)[0] == "backend"
+        assert gemm_call(gemm, 64)[0] == "native"
+    gemm_call(gemm, 32, m=12)
+    assert backend.checks == 3
+    s = tp.stats()
+    assert s["by_backend"] == {"counting": 6, "native": 5}
+    assert s["by_reason"] == {"ALIGNMENT": 5}
+    assert s["fallbacks"][0]["count"] == 5 and s["fallbacks"][0]["problem"]["k"] == 64
+
+
+def test_fallback_warns_once_per_reason_code(use, native):
+    use(CountingBackend())
+    gemm = tp.wrap_generic_gemm(native)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for m in range(1, 6):
+            gemm_call(gemm, 64, m=m)
+    ours = [w for w in caught if issubclass(w.category, dispatch.FallbackWarning)]
+    assert len(ours) == 1 and "k=64" in str(ours[0].message)
+
+
+def test_strict_mode_raises_with_reasons(use, native):
+    use(CountingBackend(), strict=True)
+    gemm = tp.wrap_generic_gemm(native)
+    with pytest.raises(dispatch.GemmNotSupportedError, match=r"\[ALIGNMENT\] k=64"):
+        gemm_call(gemm, 64)
+    assert gemm_call(gemm, 32)[0] == "backend"
+
+
+def test_unavailable_backend_warns_once_and_runs_natively(use, native):
+    unavailable = Verdict.no(Reason(ReasonCode.UNAVAILABLE, "no gfx950 device here", "executor"))
+    with pytest.warns(dispatch.FallbackWarning, match="unavailable"):
+        backend = CountingBackend(availability=unavailable)
+        use(backend)
+    gemm = tp.wrap_generic_gemm(native)
+    assert gemm_call(gemm, 32)[0] == "native"
+    assert backend.checks == 0
+    assert tp.stats()["by_reason"] == {"UNAVAILABLE": 1}
+
+
+def test_a_raising_check_is_a_decline_not_a_crash(use, native):
+    use(CountingBackend(raises=True))
+    with pytest.warns(dispatch.FallbackWarning, match="check\\(\\) raised KeyError"):
+        assert gemm_call(tp.wrap_generic_gemm(native), 32)[0] == "native"
+
+
+def test_report_lists_backends_reasons_and_top_fallbacks(use, native):
+    d = use(CountingBackend())
+    gemm = tp.wrap_generic_gemm(native)
+    gemm_call(gemm, 32)
+    gemm_call(gemm, 64)
+    text = d.report()
+    assert "2 GEMM calls" in text and "ran on counting: 1" in text and "declined [ALIGNMENT]: 1" in text
+    assert "k=64" in text
+
+
+def test_native_selection_calls_straight_through(monkeypatch, native):
+    monkeypatch.setattr(dispatch, "_current", dispatch.Dispatcher(dispatch.Settings(), None))
+    assert gemm_call(tp.wrap_generic_gemm(native), 32)[0] == "native"
+    assert len(native.calls) == 1
+
+
+def test_counters_are_thread_safe(use, native):
+    use(CountingBackend())
+    gemm = tp.wrap_generic_gemm(native)
+
+    def work():
+        for i in range(200):
+            gemm_call(gemm, 32 if i % 2 else 64, m=1 + i % 3)
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    s = tp.stats()
+    assert s["total"] == 1600 and s["by_backend"] == {"counting": 800, "native": 800}
