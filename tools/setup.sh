@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Sets up a fresh machine for te-flydsl-plugin: the LLVM 22 linker and tools gfx950 compiles and ISA
+# checks need (Debian's lld-22 / llvm-22; skipped where ROCm or LLVM >= 18 is present already),
+# PyTorch (kept if one is installed), and this project with its test extras, in editable mode.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+have_llvm() {
+  for v in 22 21 20 19 18; do
+    [ -x "/usr/lib/llvm-$v/bin/ld.lld" ] && [ -x "/usr/lib/llvm-$v/bin/llvm-objdump" ] && return 0
+  done
+  [ -x "${ROCM_PATH:-/opt/rocm}/llvm/bin/ld.lld" ]
+}
+
+if ! have_llvm; then
+  echo "setup: installing lld-22 and llvm-22 (gfx950 linker, objdump, readelf)"
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq lld-22 llvm-22 >/dev/null
+fi
+
+if ! python3 -c "import torch" 2>/dev/null; then
+  echo "setup: installing torch 2.13.0"
+  python3 -m pip install -q "torch==2.13.0"
+fi
+
+echo "setup: installing te-flydsl-plugin[test]"
+python3 -m pip install -q -e ".[test]"
