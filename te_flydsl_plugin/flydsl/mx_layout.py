@@ -122,9 +122,7 @@ def pack_scales(
     return out
 
 
-def mfma_scale_byte(
-    packed: torch.Tensor, rows: int, k: int, row: torch.Tensor, kblock: torch.Tensor
-) -> torch.Tensor:
+def mfma_scale_byte(packed: torch.Tensor, rows: int, k: int, row: torch.Tensor, kblock: torch.Tensor) -> torch.Tensor:
     """The byte the MFMA reads for operand ``row`` and K-block ``kblock`` (index tensors, broadcast).
 
     Models the hardware path: K-step ``t = kblock // 4`` is MFMA number ``t``; its lane is

@@ -83,6 +83,7 @@ EMU_CASES = [
     (130, 32 * 37, 1),
     (130, 32 * 37, 0),
     (33, 544, 0),
+    (40, 32 * 80, 1),  # several workgroups along x (T * 64 > 256 words per tile)
 ]
 
 
@@ -99,6 +100,10 @@ def test_emulator_matches_reference(sp, rows: int, k: int, dim: int) -> None:
     before = sp.launch_counts["emulator"]
     got = sp.pack_scales_kernel(scales, rows, k, dim, out=out, mode="emulator")
     assert got is out and sp.launch_counts["emulator"] == before + 1
+    report = sp.last_emulator_report
+    shape = mx.packed_shape(rows, k)
+    assert report.workgroups == shape[0] * -(-shape[1] * 64 // sp.THREADS) and not report.hazards
+    assert report.opcode_counts["buffer_load_ubyte"] == 4 * report.opcode_counts["buffer_store_dword"]
     assert torch.equal(got, want)
     assert torch.equal(mx.unpack_scales(got, rows, k), truth)
 

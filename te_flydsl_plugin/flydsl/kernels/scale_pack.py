@@ -71,12 +71,8 @@ def scale_pack_kernel(
         byte = _rocdl.raw_ptr_buffer_load(T.i8, s_rsrc, fx.as_ir_value(off), fx.as_ir_value(fx.Int32(0)))
         val = fx.arith.select(ok, fx.Int32(fx.arith.extui(T.i32, byte)), fx.Int32(_PAD))
         word = word | (val << fx.Int32(8 * b))
-    out_off = fx.arith.select(
-        word_ok, (tile * n_t * fx.Int32(_WORDS_PER_TILE_STEP) + w) * fx.Int32(4), fx.Int32(_OOB)
-    )
-    _rocdl.raw_ptr_buffer_store(
-        fx.as_ir_value(word), p_rsrc, fx.as_ir_value(out_off), fx.as_ir_value(fx.Int32(0))
-    )
+    out_off = fx.arith.select(word_ok, (tile * n_t * fx.Int32(_WORDS_PER_TILE_STEP) + w) * fx.Int32(4), fx.Int32(_OOB))
+    _rocdl.raw_ptr_buffer_store(fx.as_ir_value(word), p_rsrc, fx.as_ir_value(out_off), fx.as_ir_value(fx.Int32(0)))
 
 
 @flyc.jit
@@ -106,6 +102,8 @@ MODES = ("flydsl", "emulator")
 # Launches per mode: the hardware test asserts the compiled kernel ran, and the plan's tests count
 # pack launches per GEMM (at most one per operand).
 launch_counts: collections.Counter[str] = collections.Counter()
+# The emulator's LaunchReport of the latest emulated launch (instructions run, hazards, workgroups).
+last_emulator_report: Any = None
 
 
 def _jit_args(scales: torch.Tensor, words: torch.Tensor) -> tuple[Any, Any]:
@@ -167,9 +165,7 @@ def pack_scales_kernel(
         if not scales.is_cuda:
             raise ValueError("mode 'flydsl' needs scales on the gfx950 device; use mode 'emulator' on CPU")
         s, p = _jit_args(scales, words)
-        compiled(blocks_along_dim)(
-            s, p, rows, kb, n_t, n_tiles, blocks_along_dim, torch.cuda.current_stream()
-        )
+        compiled(blocks_along_dim)(s, p, rows, kb, n_t, n_tiles, blocks_along_dim, torch.cuda.current_stream())
     else:
         from ..emulator import launch, pack_flydsl_kernarg
 
@@ -177,6 +173,7 @@ def pack_scales_kernel(
             raise ValueError("mode 'emulator' runs on CPU tensors")
         blob = code_object(blocks_along_dim)
         kernarg = pack_flydsl_kernarg(blob, KERNEL_NAME, [scales, words, rows, kb, n_t])
-        launch(blob, KERNEL_NAME, kernarg, grid, (THREADS, 1, 1))
+        global last_emulator_report
+        last_emulator_report = launch(blob, KERNEL_NAME, kernarg, grid, (THREADS, 1, 1))
     launch_counts[mode] += 1
     return out
