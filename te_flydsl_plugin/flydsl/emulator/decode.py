@@ -32,7 +32,7 @@ EXEC = 126
 M0 = 124
 
 _BARE_MODIFIERS = {"offen", "idxen", "lds", "glc", "slc", "sc0", "sc1", "nt", "clamp", "dlc", "tfe", "lwe", "gds"}
-_MODIFIER_RE = re.compile(r"^([a-z_]+):(.+)$")
+_MODIFIER_RE = re.compile(r"^([a-z_][a-z0-9_]*):(.+)$")
 _REG_RE = re.compile(r"^(v|s|a|ttmp)(?:(\d+)|\[(\d+):(\d+)\])$")
 _LINE_RE = re.compile(r"^\s+(\S+)(.*?)\s*//\s*([0-9A-Fa-f]+):((?:\s[0-9A-F]{8})+)")
 _LABEL_RE = re.compile(r"^([0-9a-f]+) <([^>]+)>:")
@@ -173,7 +173,10 @@ def decode_text(text: str) -> dict[str, list[Inst]]:
         asm = m.group(1) + m.group(2)
         address = int(m.group(3), 16)
         words = tuple(int(w, 16) for w in m.group(4).split())
-        inst = parse_line(asm, address, words)
+        try:
+            inst = parse_line(asm, address, words)
+        except EmulatorError as e:  # kept, and reported only if the instruction is ever executed
+            inst = Inst(address, asm.split()[0], [], {}, asm.strip(), words, extra={"error": str(e)})
         if inst.opcode.startswith("s_cbranch") or inst.opcode == "s_branch":
             simm = struct.unpack("<h", struct.pack("<H", words[0] & 0xFFFF))[0]
             inst.branch_target = address + 4 + 4 * simm

@@ -7,8 +7,9 @@ confirmed on compiled code objects):
   layout is dynamic (the default), one packed by-value struct of the dynamic shape entries as i32
   followed by the dynamic stride entries as i64 (i32 with ``use_32bit_stride``). By default every
   shape entry is dynamic and every stride except the unit-stride (leading) one: a row-major 2-D
-  tensor is ``ptr, {i32 M, i32 N, i64 stride0}`` (8 + 16 bytes). A static layout passes only the
-  pointer.
+  tensor is ``ptr, {i32 M, i32 N, i64 stride0}`` (8 + 16 bytes). ``mark_shape_dynamic`` /
+  ``mark_stride_dynamic`` choose other entries (same order: shapes, then strides, ascending dim);
+  a static layout passes only the pointer.
 * ``fx.Int32`` / Python int: 4 bytes by value; ``fx.Int64``: 8 bytes. ``fx.Constexpr`` and
   compile-time objects (tiled copies, MMAs) are not kernel arguments at all.
 """
@@ -29,14 +30,21 @@ def kernarg_layout(code_object: bytes, kernel: str | None = None) -> list[Kernel
 
 
 def _layout_struct(t: Any, size: int) -> bytes | None:
-    """The by-value layout struct FlyDSL passes after a tensor's pointer, if ``size`` matches one."""
+    """The by-value layout struct FlyDSL passes after a tensor's pointer, if ``size`` matches one.
+
+    The metadata gives only the struct's size, so the dynamic entries are inferred from it, trying
+    in order: FlyDSL's default (every shape entry, every stride but the unit one), every shape and
+    every stride (``mark_stride_dynamic`` on all dims), shapes only (``mark_shape_dynamic``), strides
+    only; strides as i64, then as i32 (``use_32bit_stride``).
+    """
     shape, stride = tuple(t.shape), tuple(t.stride())
     leading = next((i for i, s in enumerate(stride) if s == 1), None)
-    dyn_strides = [s for i, s in enumerate(stride) if i != leading]
-    for fmt in ("q", "i"):
-        packed = struct.pack("<" + "i" * len(shape) + fmt * len(dyn_strides), *shape, *dyn_strides)
-        if len(packed) == size:
-            return packed
+    non_unit = [s for i, s in enumerate(stride) if i != leading]
+    for shapes, strides in ((shape, non_unit), (shape, stride), (shape, ()), ((), stride)):
+        for fmt in ("q", "i"):
+            packed = struct.pack("<" + "i" * len(shapes) + fmt * len(strides), *shapes, *strides)
+            if len(packed) == size:
+                return packed
     return None
 
 

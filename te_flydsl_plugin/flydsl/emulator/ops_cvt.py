@@ -146,3 +146,32 @@ for _suf in ("", "_e32", "_e64", "_sdwa"):
     op(f"v_cvt_pk_f32_fp8{_suf}")(lambda inst, ctx: _unpack_fp8(inst, ctx, E4M3, True))
     op(f"v_cvt_pk_f32_bf8{_suf}")(lambda inst, ctx: _unpack_fp8(inst, ctx, E5M2, True))
 
+
+
+@op("v_fma_mix_f32", "v_mad_mix_f32")
+def _fma_mix(inst: Inst, ctx: BindContext) -> Step:
+    """f32 = a * b + c where each source is f32, or f16 (``op_sel_hi[i]``) from the half ``op_sel[i]``."""
+    srcs = inst.operands[1:4]
+    sel, hi = inst.mod_list("op_sel", 3, 0), inst.mod_list("op_sel_hi", 3, 0)
+    readers = []
+    for j, o in enumerate(srcs):
+        raw = vreader(o, ctx, inst, "f16" if hi[j] else "f32")
+        readers.append((raw, bool(hi[j]), 16 * sel[j], o.neg, o.abs))
+    dst = vwriter(inst.operands[0], ctx, inst)
+    clamp = "clamp" in inst.modifiers
+
+    def val(w: Wave, raw, is_f16: bool, shift: int, neg: bool, ab: bool) -> np.ndarray:  # type: ignore[no-untyped-def]
+        x = np.asarray(raw(w), U32)
+        f = f16_to_f32((x >> U32(shift)) & U32(0xFFFF)) if is_f16 else x.view(np.float32)
+        f = np.abs(f) if ab else f
+        return -f if neg else f
+
+    def step(w: Wave) -> None:
+        a, b, c = (val(w, *r) for r in readers)
+        with np.errstate(all="ignore"):
+            r = (a.astype(np.float64) * b + c).astype(np.float32)
+        if clamp:
+            r = np.clip(r, np.float32(0), np.float32(1))
+        dst(w, np.asarray(r, np.float32).view(U32))
+
+    return step

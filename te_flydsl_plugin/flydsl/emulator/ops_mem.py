@@ -461,3 +461,41 @@ def _ds_permute(inst: Inst, ctx: BindContext) -> Step:
         hz.issue(w, "lgkm", inst, vregs=(d.kind, d.index, 1))
 
     return step
+
+
+@op("ds_read_b64_tr_b16", "ds_read_b64_tr_b8", "ds_read_b64_tr_b4")
+def _ds_read_tr(inst: Inst, ctx: BindContext) -> Step:
+    """gfx950 transposing LDS read: each lane addresses 64 bits, then lanes exchange elements.
+
+    Within each group of 16 lanes, the 16 x 64 bits read form a tile of ``E = 64 / bits`` rows of 16
+    elements (row ``r`` is the data of lanes ``(16 / E) * r ..``), and lane ``i`` of the group receives
+    column ``i``: its element ``r`` is element ``i % E`` of source lane ``(16 / E) * r + i // E``. So
+    data stored contiguous along M/N arrives K-contiguous in the lane, as the MFMA operand wants.
+    """
+    bits = int(inst.opcode.rsplit("_b", 1)[1])
+    elems = 64 // bits
+    lanes_per_row = 16 // elems
+    d, a = inst.operands[:2]
+    off = inst.mod_int("offset", 0)
+    addr = _lds_addr(ctx, inst, a)
+    write = _vdata_writer(ctx, inst, d, 2)
+    lds, hz = ctx.lds, ctx.hazards
+    i = np.arange(LANES)
+    grp, li = i // 16, i % 16
+    r = np.arange(elems)
+    src_lane = (grp[:, None] * 16 + lanes_per_row * r[None, :] + li[:, None] // elems).ravel()
+    src_elem = np.broadcast_to((li % elems)[:, None], (LANES, elems)).ravel()
+
+    def step(w: Wave) -> None:
+        lanes = w.exec_mask
+        raw, flat = _lds_gather(lds, addr(w)[lanes] + off, 8)
+        hz.lds_read(w, flat, inst)
+        full = np.zeros((LANES, 8), np.uint8)
+        full[lanes] = raw
+        bitsarr = np.unpackbits(full, axis=1, bitorder="little").reshape(LANES, elems, bits)
+        out = bitsarr[src_lane, src_elem].reshape(LANES, elems * bits)
+        packed = np.packbits(out, axis=1, bitorder="little")
+        write(w, _bytes_to_regs(packed, "dword"), lanes)
+        hz.issue(w, "lgkm", inst, vregs=(d.kind, d.index, 2))
+
+    return step

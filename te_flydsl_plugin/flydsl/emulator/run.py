@@ -67,9 +67,9 @@ def _load(code_object: bytes) -> tuple[CodeObject, dict[str, list[Inst]]]:
     return co, decode_text(toolchain.disassemble(code_object))
 
 
-def _unknown(inst: Inst, kernel: str) -> Step:
+def _unknown(inst: Inst, kernel: str, why: str = "unknown instruction") -> Step:
     def step(w: Wave) -> None:
-        raise EmulatorError(f"{kernel}: unknown instruction {inst.opcode!r} at 0x{inst.address:x} ({inst.text})")
+        raise EmulatorError(f"{kernel}: {why} {inst.opcode!r} at 0x{inst.address:x} ({inst.text})")
 
     return step
 
@@ -85,7 +85,12 @@ def _bind(insts: list[Inst], ctx: BindContext) -> list[Step]:
     steps: list[Step] = []
     for inst in insts:
         binder = _binder_for(inst.opcode)
-        step = _unknown(inst, ctx.kernel) if binder is None else binder(inst, ctx)
+        if "error" in inst.extra:
+            step = _unknown(inst, ctx.kernel, f"undecodable ({inst.extra['error']})")
+        elif binder is None:
+            step = _unknown(inst, ctx.kernel)
+        else:
+            step = binder(inst, ctx)
         if inst.opcode in ("s_barrier", "s_endpgm"):
             step = _yielding(step)
         steps.append(step)
