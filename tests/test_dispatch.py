@@ -138,3 +138,40 @@ def test_counters_are_thread_safe(use, native):
         t.join()
     s = tp.stats()
     assert s["total"] == 1600 and s["by_backend"] == {"counting": 800, "native": 800}
+
+
+def _script(env_extra: dict[str, str], body: str):
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NVTE_")}
+    env.update(env_extra)
+    return subprocess.run([sys.executable, "-c", body], capture_output=True, text=True, env=env, timeout=120)
+
+
+GEMM_SCRIPT = """
+import torch, te_flydsl_plugin as tp
+g = tp.wrap_generic_gemm(lambda *a, **k: ["native", None, None, None])
+a, b = torch.randn(16, 32), torch.randn(8, 32)
+for k in (32, 32, 30):
+    g(a[:, :k], True, b[:, :k].contiguous(), False, None, None, torch.float32, None, None, False, None, False,
+      None, 0, False, False)
+"""
+
+
+def test_exit_report_from_the_environment():
+    res = _script(
+        {"NVTE_GEMM_BACKEND": "FLYDSL", "NVTE_FLYDSL_EXECUTOR": "reference", "NVTE_GEMM_BACKEND_REPORT": "1"},
+        GEMM_SCRIPT,
+    )
+    assert res.returncode == 0, res.stderr
+    assert "3 GEMM calls, selected backend flydsl" in res.stderr
+    assert "ran on flydsl: 2" in res.stderr and "ran on native: 1" in res.stderr
+    assert "declined [ALIGNMENT]" in res.stderr
+
+
+def test_unknown_backend_in_the_environment_fails_loudly_listing_installed():
+    res = _script({"NVTE_GEMM_BACKEND": "cublaslt"}, GEMM_SCRIPT)
+    assert res.returncode != 0
+    assert "NVTE_GEMM_BACKEND='cublaslt' names no installed GEMM backend (installed: flydsl" in res.stderr

@@ -13,7 +13,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-import importlib_metadata
 import pluggy
 
 from ..spec import ENTRY_POINT_GROUP, PROJECT, GemmBackend, Hookspecs
@@ -71,7 +70,11 @@ def _dist_of(ep: Any) -> tuple[str, str]:
 
 def load(entry_points: Iterable[Any] | None = None) -> Registry:
     """Load every plugin of the group (or the given entry points, for tests)."""
-    eps = entry_points if entry_points is not None else importlib_metadata.entry_points(group=ENTRY_POINT_GROUP)
+    if entry_points is None:
+        import importlib_metadata  # only when discovering: keeps the package import cheap
+
+        entry_points = importlib_metadata.entry_points(group=ENTRY_POINT_GROUP)
+    eps = entry_points
     reg = Registry()
     for ep in eps:
         dist, version = _dist_of(ep)
