@@ -307,9 +307,9 @@ def cmd_precompile(args: argparse.Namespace) -> int:
         raise CliError("no ld.lld >= 18 found: apt-get install lld-22 (or install ROCm)")
     tty = sys.stderr.isatty() and not args.json
 
-    def progress(i: int, total: int, name: str) -> None:
+    def progress(i: int, total: int, report: dict[str, Any]) -> None:
         if tty:
-            print(f"\r[{i}/{total}] {name[:70]:<70}", end="", file=sys.stderr, flush=True)
+            print(f"\r[{i}/{total}] {report['config'][:70]:<70}", end="", file=sys.stderr, flush=True)
 
     try:
         rows = compiled.precompile(args.arch, progress=progress)
@@ -317,11 +317,18 @@ def cmd_precompile(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from exc
     if tty:
         print(file=sys.stderr)
+    head = ("config", "mfma", "count", "vgpr", "agpr", "lds", "scratch", "spills", "compile_s", "ok")
+    table = [head] + [
+        (r["config"], r["mfma"], r["mfma_count"], r["vgpr"], r["agpr"], r["lds_bytes"], r["scratch_bytes"],
+         r["spills"], r["compile_s"], "ok" if r["ok"] else "FAIL")
+        for r in rows
+    ]  # fmt: skip
+    widths = [max(len(str(row[i])) for row in table) for i in range(len(head))]
     lines = [f"{len(rows)} kernel config(s) compiled for {args.arch}"]
-    for r in rows:
-        lines.append("  " + "  ".join(f"{k}={v}" for k, v in r.items()))
-    _emit(args, {"arch": args.arch, "kernels": rows}, "\n".join(lines))
-    return 0
+    lines += ["  " + "  ".join(f"{row[i]!s:<{widths[i]}}" for i in range(len(head))) for row in table]
+    ok = all(r["ok"] for r in rows)
+    _emit(args, {"arch": args.arch, "ok": ok, "kernels": rows}, "\n".join(lines))
+    return 0 if ok else 1
 
 
 # ---------------------------------------------------------------- main

@@ -133,10 +133,20 @@ def config_for(problem: GemmProblem, lhs: KernelOperand, rhs: KernelOperand) -> 
     return select(cfg, problem.m, problem.n, problem.k)
 
 
-def build(problem: GemmProblem, call: GemmCall, limit: int = matrix.MAX_LAUNCH_BYTES, pack: Any = None) -> GemmPlan:
-    """The plan for a problem ``check`` accepted; ``call.A``/``call.B`` are operand views."""
+def build(
+    problem: GemmProblem,
+    call: GemmCall,
+    limit: int = matrix.MAX_LAUNCH_BYTES,
+    pack: Any = None,
+    weight_pack: Any = None,
+) -> GemmPlan:
+    """The plan for a problem ``check`` accepted; ``call.A``/``call.B`` are operand views.
+
+    ``pack(scales, rows, k, blocks_along_dim)`` packs MXFP8 scales (default: the torch reference);
+    ``weight_pack`` may replace it for TE's A, the weight, whose packed scales can be cached.
+    """
     p = problem
-    rhs = operand(call.A, p.layout, True, p.n, p.k, pack)
+    rhs = operand(call.A, p.layout, True, p.n, p.k, weight_pack or pack)
     lhs = operand(call.B, p.layout, False, p.m, p.k, pack)
     out_dtype = _torch_dtype(p.out_dtype)
     device = lhs.data.device

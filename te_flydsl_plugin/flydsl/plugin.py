@@ -38,6 +38,7 @@ class FlydslBackend:
         self.requested = (executor or os.environ.get("NVTE_FLYDSL_EXECUTOR") or "auto").strip().lower()
         self._availability: Verdict | None = None
         self._resolved = ""
+        self.weight_scales: dict[str, Any] = {}  # executor -> ScaleCache of packed weight scales
 
     def select_executor(self, executor: str) -> None:
         """Switch executor (tests and tools); availability is re-evaluated on next use."""
@@ -109,9 +110,30 @@ class FlydslBackend:
     def run(self, problem: GemmProblem, call: GemmCall) -> list[Any]:
         from . import executors, plan
 
-        p = plan.build(problem, call)
+        pack = weight_pack = None
+        if problem.a.format.is_mx:
+            pack, weight_pack = self._packers(self.executor)
+        p = plan.build(problem, call, pack=pack, weight_pack=weight_pack)
         executors.run(p, self.executor)
         return plan.results(p, call)
+
+    def _packers(self, executor: str) -> tuple[Any, Any]:
+        """MXFP8 scale packing for this executor: one scale-pack kernel launch per operand (the torch
+        reference for the reference executor); the weight's packed scales are reused while its scale
+        storage is provably unchanged (``mx_layout.ScaleCache``)."""
+        from .mx_layout import ScaleCache, pack_scales
+
+        if executor == "reference":
+            pack = pack_scales
+        else:
+            from .kernels.scale_pack import pack_scales_kernel
+
+            def pack(scales: Any, rows: int, k: int, dim: int, _mode: str = executor) -> Any:
+                return pack_scales_kernel(scales, rows, k, dim, mode=_mode)
+
+        with self._lock:
+            cache = self.weight_scales.setdefault(executor, ScaleCache())
+        return pack, lambda scales, rows, k, dim: cache.get_or_pack(scales, rows, k, dim, pack)
 
 
 _backend: FlydslBackend | None = None
