@@ -17,9 +17,13 @@ from .plan_types import GemmPlan, KernelOperand, Piece
 
 EXECUTORS = ("auto", "flydsl", "reference", "emulator")
 
-_FP8_DTYPES = {Format.FP8_E4M3: torch.float8_e4m3fn, Format.FP8_E5M2: torch.float8_e5m2}
-_FP8_DTYPES[Format.MXFP8_E4M3] = torch.float8_e4m3fn
-_FP8_DTYPES[Format.MXFP8_E5M2] = torch.float8_e5m2
+# gfx950's FP8 is the OCP encoding: E4M3 "fn" (no infinities) and E5M2, as torch names them.
+_FP8_DTYPES = {
+    Format.FP8_E4M3: torch.float8_e4m3fn,
+    Format.FP8_E5M2: torch.float8_e5m2,
+    Format.MXFP8_E4M3: torch.float8_e4m3fn,
+    Format.MXFP8_E5M2: torch.float8_e5m2,
+}
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 
