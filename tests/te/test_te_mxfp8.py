@@ -1,0 +1,136 @@
+"""MXFP8 storages built directly (the H200's TE refuses the MXFP8 recipe) through the plugin.
+
+TE's own ``MXFP8TensorStorage`` objects go through ``general_gemm`` -> the seam's adapter -> plan ->
+reference executor, and the result is compared with a matmul of TE's own ``dequantize()`` of the
+storage each layout must read. The rowwise and columnwise copies hold *different* values on purpose:
+reading the wrong one cannot pass. Scale padding is filled with 0xFF (E8M0 NaN): reading it poisons
+the output. M, N, K are distinct and not multiples of 128, so every padding rule is exercised.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from te_real import assert_close, plugin_installed, requires_te
+
+pytestmark = [pytest.mark.te, requires_te]
+
+M, N, K = 96, 160, 224  # output rows, output columns, reduction
+
+
+def _roundup(x: int, m: int) -> int:
+    return (x + m - 1) // m * m
+
+
+def _codes(rows: int, cols: int, gen: torch.Generator) -> torch.Tensor:
+    """Random E4M3 bit patterns without NaN codes, moderate magnitudes."""
+    vals = torch.randn(rows, cols, generator=gen, device="cuda").clamp(-8, 8)
+    return vals.to(torch.float8_e4m3fn).view(torch.uint8)
+
+
+def _scales(rows: int, cols: int, padded: tuple[int, int], gen: torch.Generator) -> torch.Tensor:
+    s = torch.full(padded, 0xFF, dtype=torch.uint8, device="cuda")
+    s[:rows, :cols] = torch.randint(122, 132, (rows, cols), generator=gen, device="cuda", dtype=torch.uint8)
+    return s
+
+
+def _storage(rows: int, cols: int, gen: torch.Generator, rowwise: bool, columnwise: bool):
+    """A [rows, cols] MXFP8 storage with independent random rowwise and/or columnwise copies."""
+    import transformer_engine_torch as tex
+    from transformer_engine.pytorch.tensor.storage.mxfp8_tensor_storage import MXFP8TensorStorage
+
+    rd = _codes(rows, cols, gen) if rowwise else None
+    rs = _scales(rows, cols // 32, (_roundup(rows, 128), _roundup(cols // 32, 4)), gen) if rowwise else None
+    cd = _codes(rows, cols, gen) if columnwise else None
+    cs = _scales(rows // 32, cols, (_roundup(rows // 32, 4), _roundup(cols, 128)), gen) if columnwise else None
+    return MXFP8TensorStorage(
+        rowwise_data=rd,
+        rowwise_scale_inv=rs,
+        columnwise_data=cd,
+        columnwise_scale_inv=cs,
+        fp8_dtype=tex.DType.kFloat8E4M3,
+        quantizer=None,
+        with_gemm_swizzled_scales=False,
+        fake_dtype=torch.bfloat16,
+    )
+
+
+def _only(storage, rowwise: bool) -> torch.Tensor:
+    """TE's own dequantisation of one direction of ``storage``."""
+    import transformer_engine_torch as tex
+    from transformer_engine.pytorch.tensor.storage.mxfp8_tensor_storage import MXFP8TensorStorage
+
+    one = MXFP8TensorStorage(
+        rowwise_data=storage._rowwise_data if rowwise else None,
+        rowwise_scale_inv=storage._rowwise_scale_inv if rowwise else None,
+        columnwise_data=None if rowwise else storage._columnwise_data,
+        columnwise_scale_inv=None if rowwise else storage._columnwise_scale_inv,
+        fp8_dtype=tex.DType.kFloat8E4M3,
+        quantizer=None,
+        with_gemm_swizzled_scales=False,
+        fake_dtype=torch.float32,
+    )
+    return one.dequantize(dtype=torch.float32)
+
+
+@pytest.mark.parametrize("layout", ["TN", "NN", "NT"])
+def test_mxfp8_storages_through_plan_and_reference(layout: str) -> None:
+    from transformer_engine.pytorch.cpp_extensions import general_gemm
+
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    # TE's logical shapes per layout (notes/te-gemm-api.md): TN A=[N,K] B=[M,K]; NN A=[K,N] B=[M,K];
+    # NT A=[K,N] B=[K,M]. Both copies present, so the plan has to choose.
+    a_shape = (N, K) if layout == "TN" else (K, N)
+    b_shape = (K, M) if layout == "NT" else (M, K)
+    a = _storage(*a_shape, gen, rowwise=True, columnwise=True)
+    b = _storage(*b_shape, gen, rowwise=True, columnwise=True)
+    a_row, a_col = _only(a, True), _only(a, False)
+    b_row, b_col = _only(b, True), _only(b, False)
+    want = {
+        "TN": b_row @ a_row.T,  # blocks along K = the last dim of both
+        "NN": b_row @ a_col,  # A's K is its leading dim: columnwise blocks
+        "NT": b_col.T @ a_col,
+    }[layout]
+    with plugin_installed() as plugin:
+        out, *_ = general_gemm(a, b, out_dtype=torch.float32, layout=layout)
+    plugin.assert_routed(on_backend=1)
+    assert plugin.ran[0].a.format.value == "mxfp8_e4m3"
+    assert out.shape == (M, N)
+    assert_close(f"MXFP8 {layout}", out, want, 1e-5)
+
+
+def test_mxfp8_batched_input_keeps_leading_dims() -> None:
+    from transformer_engine.pytorch.cpp_extensions import general_gemm
+
+    gen = torch.Generator(device="cuda").manual_seed(6)
+    a = _storage(N, K, gen, rowwise=True, columnwise=False)
+    b = _storage(M, K, gen, rowwise=True, columnwise=False)
+    b3 = type(b)(
+        rowwise_data=b._rowwise_data.view(3, M // 3, K),
+        rowwise_scale_inv=b._rowwise_scale_inv,
+        columnwise_data=None,
+        columnwise_scale_inv=None,
+        fp8_dtype=b._fp8_dtype,
+        quantizer=None,
+        with_gemm_swizzled_scales=False,
+        fake_dtype=torch.bfloat16,
+    )
+    with plugin_installed() as plugin:
+        out, *_ = general_gemm(a, b3, out_dtype=torch.bfloat16, layout="TN")
+    plugin.assert_routed(on_backend=1)
+    assert out.shape == (3, M // 3, N)
+    assert_close("MXFP8 batched TN", out.reshape(M, N), _only(b, True) @ _only(a, True).T, 1e-2)
+
+
+def test_mxfp8_missing_direction_is_declined_with_a_reason() -> None:
+    """NN needs A's columnwise copy; a rowwise-only A is declined (and TE's own GEMM is used)."""
+    from transformer_engine.pytorch.cpp_extensions import general_gemm
+
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    a = _storage(K, N, gen, rowwise=True, columnwise=False)
+    b = _storage(M, K, gen, rowwise=True, columnwise=False)
+    with plugin_installed() as plugin:
+        with pytest.raises(RuntimeError):  # TE's own MXFP8 GEMM cannot run on an H200
+            general_gemm(a, b, out_dtype=torch.float32, layout="NN")
+        s = plugin.assert_routed(on_backend=0, native=1)
+    assert s["by_reason"] == {"LAYOUT": 1}, s
