@@ -50,6 +50,8 @@ class WaveCounters:
     retired: dict[str, int] = field(default_factory=lambda: {"vm": 0, "lgkm": 0})
     # (file, register) -> (counter, sequence number, address of the load)
     pending_regs: dict[tuple[str, int], tuple[str, int, int]] = field(default_factory=dict)
+    # SGPR -> (counter, sequence number, address of the s_load); checked by the scheduler loop
+    pending_s: dict[int, tuple[str, int, int]] = field(default_factory=dict)
 
 
 class HazardTracker:
@@ -106,6 +108,7 @@ class HazardTracker:
         counter: str,
         inst: Inst,
         vregs: tuple[str, int, int] | None = None,
+        sregs: tuple[int, int] | None = None,
     ) -> int:
         """Count one memory operation; mark the registers it will write as pending. Returns its seq."""
         c = w.hazards
@@ -118,6 +121,9 @@ class HazardTracker:
             kind, idx, n = vregs
             for r in range(idx, idx + n):
                 c.pending_regs[(kind, r)] = (counter, seq, inst.address)
+        if sregs is not None:
+            for r in range(sregs[0], sregs[0] + sregs[1]):
+                c.pending_s[r] = (counter, seq, inst.address)
         return seq
 
     def wait(self, w: Wave, vmcnt: int, lgkmcnt: int) -> None:
@@ -125,9 +131,11 @@ class HazardTracker:
         c = w.hazards
         for name, allowed in (("vm", vmcnt), ("lgkm", lgkmcnt)):
             c.retired[name] = max(c.retired[name], c.issued[name] - allowed)
+        ret = c.retired
         if c.pending_regs:
-            ret = c.retired
             c.pending_regs = {k: v for k, v in c.pending_regs.items() if v[1] > ret[v[0]]}
+        for r in [r for r, v in c.pending_s.items() if v[1] <= ret[v[0]]]:
+            del c.pending_s[r]  # in place: the scheduler holds this dict
 
     def _still_pending(self, w: Wave, entry: tuple[str, int, int]) -> bool:
         return entry[1] > w.hazards.retired[entry[0]]
@@ -152,6 +160,15 @@ class HazardTracker:
                 self._report(
                     w, inst, "unwaited-load", f"overwrites {kind}{r} while its load from 0x{e[2]:x} is in flight"
                 )
+
+    def check_scalar(self, w: Wave, sregs: tuple[int, ...], inst: Inst) -> None:
+        """The SGPRs an instruction names, while an ``s_load`` into some SGPR is outstanding."""
+        pend = w.hazards.pending_s
+        for r in sregs:
+            e = pend.get(r)
+            if e is not None and e[2] != inst.address:
+                self._report(w, inst, "unwaited-load", f"uses s{r}, loaded at 0x{e[2]:x} and not waited for (lgkmcnt)")
+                return
 
     # -- LDS -----------------------------------------------------------------------------------
     def lds_write(self, w: Wave, addrs: np.ndarray, inst: Inst, counter: str, seq: int) -> None:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .bind import BindContext, Step, op, vreader, vwriter
+from .bind import BindContext, Step, imm_value, op, vreader, vwriter
 from .decode import Inst, Operand
 from .errors import EmulatorError
 from .machine import LANES, Wave
@@ -127,7 +127,8 @@ def _bind_mfma(inst: Inst, ctx: BindContext) -> Step:
     def step(w: Wave) -> None:
         if w.hazards.pending_regs:
             for o in (a_op, b_op, c_op):
-                hz.check_read(w, o.kind, o.index, o.count, inst)
+                if o.kind in ("v", "a"):
+                    hz.check_read(w, o.kind, o.index, o.count, inst)
             hz.check_write(w, d_op.kind, d_op.index, nout, inst)
         av = dec_a(_regs(w, a_op), kpl)
         bv = dec_b(_regs(w, b_op), kpl)
@@ -138,7 +139,10 @@ def _bind_mfma(inst: Inst, ctx: BindContext) -> Step:
             bv = bv * e8m0_to_f32(sb)[:, None]
         a = _to_matrix(av, mdim, kdim)
         b = _to_matrix(bv, ndim, kdim)
-        c = _to_result_layout(_regs(w, Operand(c_op.kind, c_op.index, nout)).view(np.float32), mdim)
+        if c_op.kind in ("v", "a"):
+            c = _to_result_layout(_regs(w, Operand(c_op.kind, c_op.index, nout)).view(np.float32), mdim)
+        else:  # an inline constant accumulator (0 for a fresh tile)
+            c = np.full((mdim, mdim), np.uint32(imm_value(c_op, "f32")).view(np.float32))
         with np.errstate(all="ignore"):
             d = (a.astype(np.float64) @ b.astype(np.float64).T + c).astype(np.float32)
         f = w.a if d_op.kind == "a" else w.v

@@ -398,7 +398,7 @@ def _s_load(inst: Inst, ctx: BindContext) -> Step:
         data = mem.view(addr, 4 * n, write=False).view("<u4")
         for i in range(n):
             w.s[d.index + i] = int(data[i])
-        hz.issue(w, "lgkm", inst)
+        hz.issue(w, "lgkm", inst, sregs=(d.index, n))
 
     return step
 
@@ -418,7 +418,7 @@ def _s_buffer_load(inst: Inst, ctx: BindContext) -> Step:
         for i in range(n):
             bo = o + 4 * i
             w.s[d.index + i] = int(mem.view(base + bo, 4, False).view("<u4")[0]) if bo + 4 <= num else 0
-        hz.issue(w, "lgkm", inst)
+        hz.issue(w, "lgkm", inst, sregs=(d.index, n))
 
     return step
 

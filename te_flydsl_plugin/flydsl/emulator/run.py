@@ -219,6 +219,9 @@ def launch(
         if not all(0 <= g[i] < grid[i] for i in range(3)):
             raise EmulatorError(f"workgroup {g} outside grid {grid}")
     n_steps = len(steps)
+    sregs = [
+        tuple(r for o in inst.operands if o.kind == "s" for r in range(o.index, o.index + o.count)) for inst in insts
+    ]
     for wg in wgs:
         lds.fill(0)
         waves = [Wave(i, _VGPRS, _AGPRS) for i in range(nwaves)]
@@ -229,11 +232,14 @@ def launch(
             for w in waves:
                 if w.done or w.at_barrier:
                     continue
+                pending_s = w.hazards.pending_s
                 try:
                     while True:
                         pc = w.pc
                         w.pc = pc + 1
                         counts[pc] += 1
+                        if pending_s:
+                            tracker.check_scalar(w, sregs[pc], insts[pc])
                         steps[pc](w)
                 except _Yield:
                     pass
