@@ -47,9 +47,7 @@ class Launch:
     beta: float
 
     def jit_args(self, cfg: KernelConfig) -> tuple:
-        return gemm.jit_args(
-            cfg, self.out, self.lhs, self.rhs, self.lhs_scale, self.rhs_scale, self.alpha, self.beta
-        )
+        return gemm.jit_args(cfg, self.out, self.lhs, self.rhs, self.lhs_scale, self.rhs_scale, self.alpha, self.beta)
 
 
 def piece_launch(plan: GemmPlan, pc: Piece) -> Launch:

@@ -33,9 +33,7 @@ def emulator_reason() -> str | None:
     return None
 
 
-def operand(
-    fmt: Format, rows: int, k: int, k_major: bool, device: str, gen: torch.Generator
-) -> KernelOperand:
+def operand(fmt: Format, rows: int, k: int, k_major: bool, device: str, gen: torch.Generator) -> KernelOperand:
     """A random operand in kernel-facing form (FP8 as a uint8 payload with a per-tensor scale_inv)."""
     vals = torch.randn(rows, k, generator=gen) * (0.5 if fmt.is_fp8 else 1.0)
     data = vals.to(_TORCH[fmt])

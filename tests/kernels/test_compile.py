@@ -113,8 +113,7 @@ def test_cache_processes_share_a_directory(tmp_path) -> None:
     """Two processes racing on one directory both succeed and leave one whole entry."""
     env = {**__import__("os").environ, "TE_FLYDSL_CACHE_DIR": str(tmp_path)}
     procs = [
-        subprocess.Popen([sys.executable, "-c", _CHILD], env=env, stdout=subprocess.PIPE, text=True)
-        for _ in range(2)
+        subprocess.Popen([sys.executable, "-c", _CHILD], env=env, stdout=subprocess.PIPE, text=True) for _ in range(2)
     ]
     sizes = {p.communicate(timeout=300)[0].strip() for p in procs}
     assert all(p.returncode == 0 for p in procs) and len(sizes) == 1

@@ -219,7 +219,6 @@ def gemm_kernel(
     ld_out: fx.Int32,
     alpha: fx.Float32,
     beta: fx.Float32,
-    tiled_mma: fx.TiledMma,
     p: GemmParams,
 ):
     elem_a = getattr(fx, p.lhs_elem)
@@ -234,6 +233,8 @@ def gemm_kernel(
     oob_in = -(_OOB_BYTES // p.elem_bytes)  # wraps to byte offset 2**31 once scaled
     oob_out = -(_OOB_BYTES // p.out_bytes)
 
+    # Built here, not passed in: a TiledMma argument would carry the MFMA's state as kernel arguments.
+    tiled_mma = make_tiled_mma(p)
     tid = fx.thread_idx.x
     num_m = (m + tile_m - 1) // tile_m
     num_n = (n + tile_n - 1) // tile_n
@@ -332,7 +333,18 @@ def gemm_kernel(
         for kc in range_constexpr(k_chunks):
             fx.copy(s2r_b, src_b[None, None, kc], frag_b_copy[None, None, kc])
             fx.copy(s2r_a, src_a[None, None, kc], frag_a_copy[None, None, kc])
-            fx.gemm(tiled_mma, acc, frag_a[None, None, kc], frag_b[None, None, kc], acc)
+            if const_expr(p.scaled):
+                fx.gemm(
+                    tiled_mma,
+                    acc,
+                    frag_a[None, None, kc],
+                    frag_b[None, None, kc],
+                    acc,
+                    scale_a=fx.Int32(_UNIT_SCALE),
+                    scale_b=fx.Int32(_UNIT_SCALE),
+                )
+            else:
+                fx.gemm(tiled_mma, acc, frag_a[None, None, kc], frag_b[None, None, kc], acc)
 
     # Ping-pong: the barrier after the wait both publishes tile t and proves every wave has finished
     # reading the stage that the next fill overwrites (it was read in iteration t - 1).
@@ -364,9 +376,7 @@ def gemm_kernel(
 
     if beta == 0.0:
         for i in range_constexpr(count):
-            fx.make_view(fx.get_iter(o_lin) + out_offset(i), fx.make_layout(1, 1))[0] = (acc[i] * scale).to(
-                elem_out
-            )
+            fx.make_view(fx.get_iter(o_lin) + out_offset(i), fx.make_layout(1, 1))[0] = (acc[i] * scale).to(elem_out)
     else:
         for i in range_constexpr(count):
             dst = fx.make_view(fx.get_iter(o_lin) + out_offset(i), fx.make_layout(1, 1))
@@ -378,13 +388,13 @@ def make_tiled_mma(p: GemmParams) -> fx.TiledMma:
 
     FP8 goes through gfx950's f8f6f4 MFMA, whose per-operand format codes (cbsz / blgp) take E4M3
     and E5M2 independently, so mixed FP8 needs no conversion. Its block scales are pinned to E8M0
-    1.0 (``_UNIT_SCALE``): the per-tensor scales are applied once, in the epilogue.
+    1.0 (``_UNIT_SCALE``, set inside the kernel so it is an immediate, not a kernel argument): the
+    per-tensor scales are applied once, in the epilogue.
     """
     elem_a = getattr(fx, p.lhs_elem)
     elem_b = getattr(fx, p.rhs_elem)
     if const_expr(p.scaled):
         atom = fx.make_mma_atom(fx.rocdl.cdna4.MFMA_Scale(16, 16, p.mma_k, elem_a, elem_b))
-        atom = atom.set_value({"scale_a": fx.Int32(_UNIT_SCALE), "scale_b": fx.Int32(_UNIT_SCALE)})
     else:
         atom = fx.make_mma_atom(fx.rocdl.MFMA(16, 16, p.mma_k, elem_a))
     return fx.make_tiled_mma(atom, fx.make_layout((p.m_waves, p.n_waves, 1), (p.n_waves, 1, 0)))
@@ -413,8 +423,7 @@ def gemm_launch(
     # The code object's kernel symbol is the config name, so reports and the emulator can find it.
     gemm_kernel._known_block_size = [p.threads, 1, 1]
     gemm_kernel._func.__name__ = p.name
-    mma = make_tiled_mma(p)
-    args = (out, lhs, rhs, lhs_scale, rhs_scale, m, n, k, ld_lhs, ld_rhs, ld_out, alpha, beta, mma, p)
+    args = (out, lhs, rhs, lhs_scale, rhs_scale, m, n, k, ld_lhs, ld_rhs, ld_out, alpha, beta, p)
     gemm_kernel(*args).launch(grid=(tiles, 1, 1), block=(p.threads, 1, 1), stream=stream)
 
 
@@ -459,6 +468,20 @@ def launch_geometry(
         span = ((t.shape[0] - 1) * t.stride(0) + t.shape[1]) * fmts[name].itemsize if t.numel() else 0
         if span > _INT32_MAX:
             raise ValueError(f"{name} spans {span} bytes (> 2**31 - 1): the plan must split the launch")
+    for name, t, fmt, k_major in (
+        ("lhs", lhs, cfg.lhs_format, cfg.lhs_k_major),
+        ("rhs", rhs, cfg.rhs_format, cfg.rhs_k_major),
+    ):
+        # 16-byte DMA vectors run along the contiguous dim: every row must start on a vector
+        # boundary and hold whole vectors (a partial one would read the next row's elements).
+        vec = DMA_BYTES // fmt.itemsize
+        what = "K" if k_major else "rows"
+        if t.shape[1] % vec or (t.shape[0] > 1 and t.stride(0) % vec) or t.storage_offset() % vec:
+            raise ValueError(
+                f"{name}: its contiguous dim ({what}), leading stride and start must be multiples of {vec} "
+                f"elements (16 bytes), got shape {tuple(t.shape)}, stride {t.stride()}, "
+                f"offset {t.storage_offset()}: the matrix's alignment rules must decline this"
+            )
     if (lhs.shape[0] if cfg.lhs_k_major else lhs.shape[1]) != m:
         raise ValueError("lhs rows do not match out rows")
     rhs_rows, rhs_k = (rhs.shape[0], rhs.shape[1]) if cfg.rhs_k_major else (rhs.shape[1], rhs.shape[0])
