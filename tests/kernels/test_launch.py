@@ -1,0 +1,112 @@
+"""Launch arguments without a GPU: operands over 2 GiB through the plan's pieces (meta tensors), the
+32-bit kernel argument guard, and the tile heuristic."""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+
+import pytest
+import torch
+
+from te_flydsl_plugin.flydsl import compiled, launch
+from te_flydsl_plugin.flydsl.kernels import gemm, select
+from te_flydsl_plugin.flydsl.kernels.config import KernelConfig
+from te_flydsl_plugin.flydsl.plan import split
+from te_flydsl_plugin.flydsl.plan_types import GemmPlan, KernelOperand, Piece
+from te_flydsl_plugin.spec import Format
+
+LIMIT = 2**31 - 1
+
+# (name, format, M, N, K, lhs K-major, rhs K-major): TE's shapes with an operand or D over 2 GiB.
+BIG = [
+    ("llama405b-mb4-fprop", Format.BF16, 32768, 16384, 53248, True, True),
+    ("llama405b-mb4-wgrad", Format.BF16, 16384, 53248, 32768, False, False),
+    ("qwen72b-dgrad", Format.BF16, 32768, 8192, 59136, True, False),
+    ("qwen72b-fp8-fprop", Format.FP8_E4M3, 32768, 59136, 8192, True, True),
+]
+
+
+def _meta_plan(fmt: Format, m: int, n: int, k: int, lk: bool, rk: bool) -> GemmPlan:
+    dtype = torch.uint8 if fmt.is_fp8 else gemm.torch_dtype(fmt)
+    scale = torch.ones(1, device="meta") if fmt.is_fp8 else None
+
+    def op(rows: int, k_major: bool) -> KernelOperand:
+        shape = (rows, k) if k_major else (k, rows)
+        return KernelOperand(torch.empty(shape, dtype=dtype, device="meta"), fmt, k_major, "tensor", scale)
+
+    lhs, rhs = op(m, lk), op(n, rk)
+    out = torch.empty(m, n, dtype=torch.bfloat16, device="meta")
+    pieces = split(m, n, k, lhs, rhs, out.element_size(), 16 // fmt.itemsize, LIMIT)
+    cfg = select.select(KernelConfig(fmt, fmt, lk, rk, Format.BF16), m, n, k)
+    return GemmPlan(None, cfg, lhs, rhs, out, 1.0, 0.0, pieces)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("case", BIG, ids=lambda c: c[0])
+def test_operands_over_2gib_launch_in_pieces(case: tuple) -> None:
+    _, fmt, m, n, k, lk, rk = case
+    plan = _meta_plan(fmt, m, n, k, lk, rk)
+    assert plan.config in compiled.BACKED
+    sizes = [t.numel() * t.element_size() for t in (plan.lhs.data, plan.rhs.data, plan.out)]
+    assert max(sizes) > LIMIT, sizes
+    assert len(plan.pieces) > 1
+    far = 0
+    covered = 0
+    for pc in plan.pieces:
+        ln = launch.piece_launch(plan, pc)
+        geom = gemm.launch_geometry(plan.config, ln.out, ln.lhs, ln.rhs)
+        struct.pack("<" + "i" * len(geom), *geom)  # every runtime scalar is a valid 32-bit argument
+        for t in (ln.out, ln.lhs, ln.rhs):
+            span = ((t.shape[0] - 1) * t.stride(0) + t.shape[1]) * t.element_size()
+            assert span <= LIMIT
+            far = max(far, t.storage_offset() * t.element_size() + span)
+        covered += (pc.m1 - pc.m0) * (pc.n1 - pc.n0) * (pc.k1 - pc.k0)
+    assert covered == m * n * k
+    assert far > LIMIT  # bytes past what a 32-bit offset reaches: addressed through 64-bit piece bases
+
+
+def test_unsplit_big_operand_is_a_clear_error() -> None:
+    """Without the plan's split, an operand over 2 GiB is refused with words, never a struct.error."""
+    cfg = KernelConfig(Format.BF16, Format.BF16, True, True, Format.BF16)
+    lhs = torch.empty(32768, 53248, dtype=torch.bfloat16, device="meta")
+    rhs = torch.empty(256, 53248, dtype=torch.bfloat16, device="meta")
+    out = torch.empty(32768, 256, dtype=torch.bfloat16, device="meta")
+    with pytest.raises(ValueError, match="the plan must split"):
+        gemm.launch_geometry(cfg, out, lhs, rhs)
+
+
+def test_output_needs_unit_column_stride() -> None:
+    cfg = KernelConfig(Format.BF16, Format.BF16, True, True, Format.FP32)
+    lhs = torch.empty(64, 64, dtype=torch.bfloat16)
+    out = torch.empty(64, 64).t()
+    plan = GemmPlan(
+        None, cfg, *(KernelOperand(lhs, Format.BF16, True, "tensor"),) * 2, out, 1.0, 0.0, (Piece(0, 64, 0, 64, 0, 64),)
+    )  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="unit column stride"):
+        launch.execute(plan, "emulator")
+
+
+def test_unknown_mode_and_epilogue_are_refused() -> None:
+    cfg = KernelConfig(Format.BF16, Format.BF16, True, True, Format.FP32)
+    t = torch.empty(64, 64, dtype=torch.bfloat16)
+    op = KernelOperand(t, Format.BF16, True, "tensor")
+    plan = GemmPlan(None, cfg, op, op, torch.empty(64, 64), 1.0, 0.0, (Piece(0, 64, 0, 64, 0, 64),))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="mode"):
+        launch.execute(plan, "cuda")
+    with pytest.raises(ValueError, match="plain epilogue"):
+        launch.execute(dataclasses.replace(plan, bias=torch.empty(64)), "emulator")
+
+
+@pytest.mark.parametrize(
+    ("fmt", "tile_k"), [(Format.BF16, 64), (Format.FP16, 64), (Format.FP32, 32), (Format.FP8_E5M2, 128)]
+)
+def test_select_picks_a_backed_config(fmt: Format, tile_k: int) -> None:
+    for m, n, k in ((1, 1, 16), (4096, 4096, 4096), (32768, 59136, 8192), (300, 136, 64)):
+        got = select.select(KernelConfig(fmt, fmt, True, True, Format.BF16), m, n, k)
+        assert got in compiled.BACKED
+        assert (got.tile_m, got.tile_n, got.tile_k, got.waves) == (256, 256, tile_k, 8)
+
+
+def test_select_ignores_k() -> None:
+    base = KernelConfig(Format.BF16, Format.BF16, True, False, Format.FP32)
+    assert len({select.select(base, 4096, 4096, k) for k in (64, 4096, 65536)}) == 1
