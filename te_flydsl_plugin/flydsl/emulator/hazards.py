@@ -48,6 +48,8 @@ class WaveCounters:
 
     issued: dict[str, int] = field(default_factory=lambda: {"vm": 0, "lgkm": 0})
     retired: dict[str, int] = field(default_factory=lambda: {"vm": 0, "lgkm": 0})
+    # what had retired when the wave last passed a barrier: all that other waves may rely on
+    retired_at_barrier: dict[str, int] = field(default_factory=lambda: {"vm": 0, "lgkm": 0})
     # (file, register) -> (counter, sequence number, address of the load)
     pending_regs: dict[tuple[str, int], tuple[str, int, int]] = field(default_factory=dict)
     # SGPR -> (counter, sequence number, address of the s_load); checked by the scheduler loop
@@ -88,8 +90,12 @@ class HazardTracker:
             w.hazards = WaveCounters()
 
     def barrier_released(self) -> None:
-        """All waves passed an ``s_barrier``: accesses after it no longer race with those before."""
+        """All waves passed an ``s_barrier``: accesses after it no longer race with those before, and
+        what each wave had waited for by then is what the others may rely on (a wave's later waits run
+        concurrently with the other waves, however the emulator happens to order them)."""
         self.epoch += 1
+        for w in self.waves:
+            w.hazards.retired_at_barrier = dict(w.hazards.retired)
 
     def _report(self, w: Wave, inst: Inst, kind: str, detail: str) -> None:
         key = (inst.address, kind)
@@ -197,17 +203,28 @@ class HazardTracker:
         if not self.enabled or addrs.size == 0:
             return
         wid = w.wave_id
+        cur = self.epoch
+        race = (self.w_epoch[addrs] == cur) & (self.w_wave[addrs] != wid)
+        if race.any():  # the missing barrier is the bug; whether the writer also waited is moot
+            a0 = int(addrs[race][0])
+            self._report(
+                w,
+                inst,
+                "lds-race",
+                f"reads LDS byte 0x{a0:x} written by wave {int(self.w_wave[a0])} with no barrier between",
+            )
         pw = self.p_wave[addrs]
-        has = pw >= 0
+        has = (pw >= 0) & ~race
         if has.any():
             for owner in np.unique(pw[has]):
                 sel = has & (pw == owner)
                 if owner == wid and not self.p_vm[addrs[sel]].any():
                     continue
                 ow = self.waves[int(owner)]
+                done = ow.hazards.retired if owner == wid else ow.hazards.retired_at_barrier
                 vm = self.p_vm[addrs[sel]]
                 seqs = self.p_seq[addrs[sel]]
-                late = np.where(vm, seqs > ow.hazards.retired["vm"], seqs > ow.hazards.retired["lgkm"])
+                late = np.where(vm, seqs > done["vm"], seqs > done["lgkm"])
                 if late.any():
                     a0 = int(addrs[sel][late][0])
                     cnt = "vmcnt" if vm[late][0] else "lgkmcnt"
@@ -218,16 +235,6 @@ class HazardTracker:
                         f"reads LDS byte 0x{a0:x} whose write by wave {int(owner)} was not waited for ({cnt})",
                     )
                     break
-        cur = self.epoch
-        race = (self.w_epoch[addrs] == cur) & (self.w_wave[addrs] != wid)
-        if race.any():
-            a0 = int(addrs[race][0])
-            self._report(
-                w,
-                inst,
-                "lds-race",
-                f"reads LDS byte 0x{a0:x} written by wave {int(self.w_wave[a0])} with no barrier between",
-            )
         fresh = self.r_epoch[addrs] != cur
         rw = self.r_wave[addrs]
         self.r_wave[addrs] = np.where(fresh, wid, np.where(rw == wid, wid, -2))

@@ -304,7 +304,7 @@ def _sopk(inst: Inst, ctx: BindContext) -> Step:
 # -- program control ---------------------------------------------------------------------------
 
 
-@op("s_nop", "s_setprio", "s_sleep", "s_sched_barrier", "s_icache_inv", "s_dcache_wb", "s_dcache_inv")
+@op("s_nop", "v_nop", "v_nop_e32", "s_setprio", "s_sleep", "s_sched_barrier", "s_icache_inv", "s_dcache_wb", "s_dcache_inv")
 def _nop(inst: Inst, ctx: BindContext) -> Step:
     return lambda w: None
 
@@ -370,7 +370,12 @@ def _waitcnt(inst: Inst, ctx: BindContext) -> Step:
 
 @op("s_trap", "s_setpc_b64", "s_swappc_b64", "s_rfe_b64")
 def _unsupported_control(inst: Inst, ctx: BindContext) -> Step:
-    raise EmulatorError(f"{ctx.kernel}: {inst.opcode} at 0x{inst.address:x} is not emulated")
+    """Traps and computed jumps: refused when executed (code that never runs them still loads)."""
+
+    def step(w: Wave) -> None:
+        raise EmulatorError(f"{ctx.kernel}: {inst.opcode} at 0x{inst.address:x} ({inst.text}) is not emulated")
+
+    return step
 
 
 @op("s_getpc_b64")

@@ -1,0 +1,186 @@
+"""Every MFMA kind our kernels use, against torch, on identity and random matrices.
+
+The operand registers are built here from the documented lane layout (lane ``l``: row/column
+``l % 16``, the ``K / 4`` consecutive K elements from ``(l // 16) * K / 4``; result register ``r``
+of lane ``l`` is ``D[4 * (l // 16) + r, l % 16]``), independently of the emulator's own code.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from te_flydsl_plugin.flydsl.emulator import numerics as nm
+
+from .helpers import Program
+
+pytestmark = pytest.mark.emulator
+
+LANES = 64
+
+
+def lane_bytes(mat_codes: np.ndarray, bits: int) -> np.ndarray:
+    """[16, K] element codes -> uint32[nregs, 64] operand registers (elements packed LSB first)."""
+    k = mat_codes.shape[1]
+    kpl = k // 4
+    regs_bits = []
+    for lane in range(LANES):
+        row, g = lane % 16, lane // 16
+        codes = mat_codes[row, g * kpl : (g + 1) * kpl].astype(np.uint64)
+        stream = 0
+        for e, c in enumerate(codes):
+            stream |= int(c) << (bits * e)
+        nregs = kpl * bits // 32
+        regs_bits.append([(stream >> (32 * r)) & 0xFFFFFFFF for r in range(nregs)])
+    return np.array(regs_bits, np.uint64).T.astype(np.uint32)
+
+
+def result_matrix(regs: np.ndarray) -> np.ndarray:
+    d = np.zeros((16, 16), np.float32)
+    for lane in range(LANES):
+        for r in range(4):
+            d[4 * (lane // 16) + r, lane % 16] = regs[r, lane].view(np.float32)
+    return d
+
+
+def acc_regs(c: np.ndarray) -> np.ndarray:
+    regs = np.zeros((4, LANES), np.float32)
+    for lane in range(LANES):
+        for r in range(4):
+            regs[r, lane] = c[4 * (lane // 16) + r, lane % 16]
+    return regs.view(np.uint32)
+
+
+def run_mfma(asm: str, a_regs: np.ndarray, b_regs: np.ndarray, c: np.ndarray, extra: dict[int, np.ndarray] | None = None) -> np.ndarray:
+    def setup(w):  # type: ignore[no-untyped-def]
+        w.v[0 : a_regs.shape[0]] = a_regs
+        w.v[16 : 16 + b_regs.shape[0]] = b_regs
+        w.a[0:4] = acc_regs(c)
+        for reg, val in (extra or {}).items():
+            w.v[reg] = val
+
+    (w,) = Program(asm).run(setup)
+    return result_matrix(w.a[0:4])
+
+
+def codes_f32(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.float32).view(np.uint32)
+
+
+def codes_16(t: torch.Tensor) -> np.ndarray:
+    return t.view(torch.int16).numpy().view(np.uint16)
+
+
+def inputs(kind: str, k: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    if kind == "identity":
+        a = np.zeros((16, k), np.float32)
+        b = np.zeros((16, k), np.float32)
+        for i in range(16):
+            a[i, i % k] = 1.0
+        b[:, :] = np.random.default_rng(seed).integers(-4, 5, (16, k))
+        return a, b
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((16, k)).astype(np.float32), rng.standard_normal((16, k)).astype(np.float32)
+
+
+@pytest.mark.parametrize("kind", ["identity", "random"])
+def test_mfma_16x16x4_f32(kind: str) -> None:
+    a, b = inputs(kind, 4, 1)
+    c = np.random.default_rng(2).standard_normal((16, 16)).astype(np.float32)
+    got = run_mfma("v_mfma_f32_16x16x4_f32 a[0:3], v0, v16, a[0:3]", lane_bytes(codes_f32(a), 32), lane_bytes(codes_f32(b), 32), c)
+    want = (torch.from_numpy(a).double() @ torch.from_numpy(b).double().T + torch.from_numpy(c)).float().numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+@pytest.mark.parametrize("kind", ["identity", "random"])
+def test_mfma_16x16x32_16bit(dtype: str, kind: str) -> None:
+    a, b = inputs(kind, 32, 3)
+    tdt = torch.bfloat16 if dtype == "bf16" else torch.float16
+    ta, tb = torch.from_numpy(a).to(tdt), torch.from_numpy(b).to(tdt)
+    c = np.zeros((16, 16), np.float32)
+    got = run_mfma(
+        f"v_mfma_f32_16x16x32_{dtype} a[0:3], v[0:3], v[16:19], a[0:3]",
+        lane_bytes(codes_16(ta), 16),
+        lane_bytes(codes_16(tb), 16),
+        c,
+    )
+    want = (ta.double() @ tb.double().T).float().numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-5)
+    if kind == "identity":
+        np.testing.assert_array_equal(got, tb.float().numpy()[:, :16].T)
+
+
+_F8F6F4 = {0: nm.E4M3, 1: nm.E5M2, 2: nm.E2M3, 3: nm.E3M2, 4: nm.E2M1}
+
+
+@pytest.mark.parametrize(("fa", "fb"), [(0, 0), (0, 1), (1, 0), (1, 1), (4, 4), (2, 3), (0, 4)])
+@pytest.mark.parametrize("kind", ["identity", "random"])
+def test_mfma_16x16x128_f8f6f4(fa: int, fb: int, kind: str) -> None:
+    a, b = inputs(kind, 128, 5)
+    fmt_a, fmt_b = _F8F6F4[fa], _F8F6F4[fb]
+    ca = nm.encode(fmt_a, np.clip(a, -6, 6), saturate=True)
+    cb = nm.encode(fmt_b, np.clip(b, -6, 6), saturate=True)
+    nra, nrb = 32 * fmt_a.bits // 32, 32 * fmt_b.bits // 32
+    asm = (
+        f"v_mfma_f32_16x16x128_f8f6f4 a[0:3], v[0:{nra - 1}], v[16:{15 + nrb}], a[0:3]"
+        + (f" cbsz:{fa}" if fa else "")
+        + (f" blgp:{fb}" if fb else "")
+    )
+    got = run_mfma(asm, lane_bytes(ca, fmt_a.bits), lane_bytes(cb, fmt_b.bits), np.ones((16, 16), np.float32))
+    da = torch.from_numpy(nm.decode_table(fmt_a)[ca]).double()
+    db = torch.from_numpy(nm.decode_table(fmt_b)[cb]).double()
+    want = (da @ db.T + 1.0).float().numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-5)
+    if fa == 0:  # E4M3 decoding agrees with torch's own float8 type
+        np.testing.assert_array_equal(da.float().numpy(), torch.from_numpy(ca).view(torch.float8_e4m3fn).float().numpy())
+
+
+@pytest.mark.parametrize(("byte_a", "byte_b"), [(0, 0), (1, 2), (3, 1)])
+def test_mfma_scale_16x16x128(byte_a: int, byte_b: int) -> None:
+    rng = np.random.default_rng(7)
+    a, b = rng.standard_normal((16, 128)), rng.standard_normal((16, 128))
+    ca, cb = nm.encode(nm.E4M3, a, saturate=True), nm.encode(nm.E5M2, b, saturate=True)
+    sa = rng.integers(120, 135, (16, 4))  # E8M0 per (row, 32-K block)
+    sb = rng.integers(120, 135, (16, 4))
+    # lane l holds the scale of row l % 16, K block l // 16, in byte `byte_x` (other bytes are noise)
+    noise = rng.integers(0, 256, (LANES, 4))
+    va, vb = noise.copy(), noise[::-1].copy()
+    for lane in range(LANES):
+        va[lane, byte_a] = sa[lane % 16, lane // 16]
+        vb[lane, byte_b] = sb[lane % 16, lane // 16]
+    word = lambda x: (x[:, 0] | x[:, 1] << 8 | x[:, 2] << 16 | x[:, 3] << 24).astype(np.uint32)  # noqa: E731
+    osel = f"op_sel:[{byte_a & 1},{byte_b & 1},0] op_sel_hi:[{byte_a >> 1},{byte_b >> 1},0]"
+    asm = f"v_mfma_scale_f32_16x16x128_f8f6f4 a[0:3], v[0:7], v[16:23], a[0:3], v40, v41 {osel} blgp:1"
+    got = run_mfma(
+        asm, lane_bytes(ca, 8), lane_bytes(cb, 8), np.zeros((16, 16), np.float32), {40: word(va), 41: word(vb)}
+    )
+    da = nm.decode_table(nm.E4M3)[ca].astype(np.float64) * np.repeat(2.0 ** (sa - 127.0), 32, axis=1)
+    db = nm.decode_table(nm.E5M2)[cb].astype(np.float64) * np.repeat(2.0 ** (sb - 127.0), 32, axis=1)
+    want = (torch.from_numpy(da) @ torch.from_numpy(db).T).float().numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_mfma_inline_zero_accumulator_and_vgpr_destination() -> None:
+    a, b = inputs("random", 32, 9)
+    ta, tb = torch.from_numpy(a).bfloat16(), torch.from_numpy(b).bfloat16()
+
+    def setup(w):  # type: ignore[no-untyped-def]
+        w.v[0:4] = lane_bytes(codes_16(ta), 16)
+        w.v[16:20] = lane_bytes(codes_16(tb), 16)
+
+    (w,) = Program("v_mfma_f32_16x16x32_bf16 v[0:3], v[0:3], v[16:19], 0").run(setup)
+    np.testing.assert_allclose(result_matrix(w.v[0:4]), (ta.double() @ tb.double().T).float().numpy(), rtol=1e-6, atol=1e-5)
+
+
+def test_accvgpr_moves() -> None:
+    (w,) = Program(
+        """
+        v_accvgpr_write_b32 a3, v1
+        v_accvgpr_read_b32 v2, a3
+        v_accvgpr_write_b32 a4, 7
+        v_accvgpr_mov_b32 a5, a4
+        """
+    ).run(lambda w: w.v.__setitem__(1, np.arange(64, dtype=np.uint32)))
+    assert (w.v[2] == np.arange(64)).all() and (w.a[5] == 7).all()
