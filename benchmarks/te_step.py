@@ -35,8 +35,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--heads", type=int, default=32)
     p.add_argument("--seq", type=int, default=2048)
     p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--rounds", type=int, default=10, help="plugin/native alternations")
-    p.add_argument("--steps", type=int, default=10, help="timed steps per round and mode")
+    p.add_argument("--rounds", type=int, default=20, help="plugin/native alternations")
+    p.add_argument("--steps", type=int, default=20, help="timed steps per round and mode")
     p.add_argument("--require", action="store_true", help=f"exit 1 if the ratio exceeds {TARGET}")
     return p.parse_args(argv)
 

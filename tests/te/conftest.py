@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from fake_te import forget_fake_te, write_fake_te
 
-REAL_TE = importlib.util.find_spec("transformer_engine_torch") is not None
+REAL_TE = importlib.util.find_spec("transformer_engine") is not None
 
 
 def _fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rocm_in_tree: bool) -> Iterator[Path]:

@@ -66,7 +66,7 @@ def _train(model: torch.nn.Module, steps: int, data: list[tuple[torch.Tensor, to
         loss = torch.nn.functional.mse_loss(model(x).float(), target)
         loss.backward()
         opt.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     return losses
 
 

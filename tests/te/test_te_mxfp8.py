@@ -1,10 +1,12 @@
 """MXFP8 storages built directly (the H200's TE refuses the MXFP8 recipe) through the plugin.
 
 TE's own ``MXFP8TensorStorage`` objects go through ``general_gemm`` -> the seam's adapter -> plan ->
-reference executor, and the result is compared with a matmul of TE's own ``dequantize()`` of the
-storage each layout must read. The rowwise and columnwise copies hold *different* values on purpose:
-reading the wrong one cannot pass. Scale padding is filled with 0xFF (E8M0 NaN): reading it poisons
-the output. M, N, K are distinct and not multiples of 128, so every padding rule is exercised.
+reference executor, and the result is compared with a matmul of the dequantised storage each layout
+must read (TE's own ``dequantize()`` where TE supports it; on the H200 TE refuses MXFP8 dequantize
+below compute capability 10, so the same bytes are decoded independently). The rowwise and
+columnwise copies hold *different* values on purpose: reading the wrong one cannot pass. Scale
+padding is filled with 0xFF (E8M0 NaN): reading it poisons the output. M, N, K are distinct and not
+multiples of 128, so every padding rule is exercised.
 """
 
 from __future__ import annotations
@@ -56,21 +58,33 @@ def _storage(rows: int, cols: int, gen: torch.Generator, rowwise: bool, columnwi
 
 
 def _only(storage, rowwise: bool) -> torch.Tensor:
-    """TE's own dequantisation of one direction of ``storage``."""
+    """One direction of ``storage`` in fp32: TE's own dequantize where TE can run it (compute
+    capability >= 10), else an independent decode of the same bytes (E4M3 code x 2**(E8M0 - 127),
+    block 32 along the direction's K, padding never read): the H200's TE refuses MXFP8 dequantize."""
     import transformer_engine_torch as tex
     from transformer_engine.pytorch.tensor.storage.mxfp8_tensor_storage import MXFP8TensorStorage
 
-    one = MXFP8TensorStorage(
-        rowwise_data=storage._rowwise_data if rowwise else None,
-        rowwise_scale_inv=storage._rowwise_scale_inv if rowwise else None,
-        columnwise_data=None if rowwise else storage._columnwise_data,
-        columnwise_scale_inv=None if rowwise else storage._columnwise_scale_inv,
-        fp8_dtype=tex.DType.kFloat8E4M3,
-        quantizer=None,
-        with_gemm_swizzled_scales=False,
-        fake_dtype=torch.float32,
-    )
-    return one.dequantize(dtype=torch.float32)
+    data = storage._rowwise_data if rowwise else storage._columnwise_data
+    scales = storage._rowwise_scale_inv if rowwise else storage._columnwise_scale_inv
+    if torch.cuda.get_device_capability()[0] >= 10:
+        one = MXFP8TensorStorage(
+            rowwise_data=data if rowwise else None,
+            rowwise_scale_inv=scales if rowwise else None,
+            columnwise_data=None if rowwise else data,
+            columnwise_scale_inv=None if rowwise else scales,
+            fp8_dtype=tex.DType.kFloat8E4M3,
+            quantizer=None,
+            with_gemm_swizzled_scales=False,
+            fake_dtype=torch.float32,
+        )
+        return one.dequantize(dtype=torch.float32)
+    vals = data.reshape(-1, data.shape[-1]).view(torch.float8_e4m3fn).float()
+    rows, cols = vals.shape
+    if rowwise:
+        block = scales[:rows, : cols // 32].float().repeat_interleave(32, dim=1)
+    else:
+        block = scales[: rows // 32, :cols].float().repeat_interleave(32, dim=0)
+    return (vals * torch.exp2(block - 127)).reshape(data.shape)
 
 
 @pytest.mark.parametrize("layout", ["TN", "NN", "NT"])
