@@ -9,22 +9,30 @@ from __future__ import annotations
 
 from typing import Any
 
-from .host.dispatch import configure, reset_stats, stats
-from .host.wrapper import wrap_generic_gemm
-from .operands import Fp8Operand, MXFP8Operand
-
 __version__ = "0.1.0"
 
-_TE_EXPORTS = ("install", "uninstall", "is_installed")
+# Everything is imported on first use: torch's start-up hook imports this package on every
+# `import torch`, and with NVTE_GEMM_BACKEND unset that must cost next to nothing.
+_EXPORTS = {
+    "configure": "host.dispatch",
+    "reset_stats": "host.dispatch",
+    "stats": "host.dispatch",
+    "wrap_generic_gemm": "host.wrapper",
+    "Fp8Operand": "operands",
+    "MXFP8Operand": "operands",
+    "install": "host.te",
+    "uninstall": "host.te",
+    "is_installed": "host.te",
+}
 
 
 def __getattr__(name: str) -> Any:
-    # TE-facing entry points live in host/te.py, which is only imported when asked for.
-    if name in _TE_EXPORTS:
-        from .host import te
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'te_flydsl_plugin' has no attribute {name!r}")
+    import importlib
 
-        return getattr(te, name)
-    raise AttributeError(f"module 'te_flydsl_plugin' has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{module}", __name__), name)
 
 
 __all__ = [
