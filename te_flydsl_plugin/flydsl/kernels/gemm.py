@@ -159,15 +159,20 @@ def _log2(x: int) -> int:
 def _lds_layout(rows: int, tile_k: int, vec: int, k_major: bool) -> fx.Layout:
     """LDS layout of one operand's ``[rows, tile_k]`` slice.
 
-    K-major: row-major with the 16-byte chunk index XOR-ed by the row (mod 8), so the 16 lanes that
-    read one MFMA fragment's rows hit distinct banks. Otherwise K-outer (rows contiguous), the order
-    the data arrives in and ``ds_read_b64_tr_b16`` wants.
+    Both are XOR swizzles on 16-byte chunks (the DMA granule), so every chunk stays whole and
+    contiguous and the fill can place it by the same involution. K-major: row-major, the chunk index
+    within a row XOR-ed by the row (mod 8), so the 16 lanes that read one MFMA fragment's rows hit
+    distinct banks. Otherwise K-outer (rows contiguous: the order the data arrives in and
+    ``ds_read_b64_tr_b16`` reads), the low chunk bits XOR-ed by the K index (mod 8): without it
+    every K row of a 256-row tile starts on the same bank and the transposing reads of 4 K rows
+    collide.
     """
-    if not k_major:
-        return fx.make_ordered_layout((rows, tile_k), (0, 1))
-    chunks = tile_k // vec
-    swz = fx.static(fx.SwizzleType.get(min(3, _log2(chunks)), _log2(vec), _log2(chunks)))
-    return fx.make_composed_layout(swz, fx.make_ordered_layout((rows, tile_k), (1, 0)))
+    if k_major:
+        chunks = tile_k // vec
+        swz = fx.SwizzleType.get(min(3, _log2(chunks)), _log2(vec), _log2(chunks))
+        return fx.make_composed_layout(fx.static(swz), fx.make_ordered_layout((rows, tile_k), (1, 0)))
+    swz = fx.SwizzleType.get(2, _log2(2 * vec), _log2(rows) - _log2(2 * vec))
+    return fx.make_composed_layout(fx.static(swz), fx.make_ordered_layout((rows, tile_k), (0, 1)))
 
 
 def _s2r_atom(p: GemmParams, elem: type, k_major: bool) -> fx.CopyAtom:
@@ -277,8 +282,8 @@ def gemm_kernel(
                 g_k = k0 + c
                 offset = g_row * ld + g_k
             else:
-                r = pos % rows_tile
                 c = pos // rows_tile
+                r = fx.get_scalar(fx.crd2idx((pos % rows_tile, c), layout)) % rows_tile
                 g_row = first_row + r
                 g_k = k0 + c
                 offset = g_k * ld + g_row
