@@ -3,6 +3,7 @@ and breaking a compiled kernel on purpose (one instruction word replaced)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import os
@@ -110,10 +111,8 @@ class Program:
                         w.done = True
                         break
                     w.pc += 1
-                    try:
+                    with contextlib.suppress(emu_run._Yield):  # a barrier or the end: the loop checks which
                         self.steps[w.pc - 1](w)
-                    except emu_run._Yield:
-                        pass
             for w in ws:
                 w.at_barrier = False
             self.tracker.barrier_released()

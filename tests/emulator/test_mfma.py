@@ -52,7 +52,9 @@ def acc_regs(c: np.ndarray) -> np.ndarray:
     return regs.view(np.uint32)
 
 
-def run_mfma(asm: str, a_regs: np.ndarray, b_regs: np.ndarray, c: np.ndarray, extra: dict[int, np.ndarray] | None = None) -> np.ndarray:
+def run_mfma(
+    asm: str, a_regs: np.ndarray, b_regs: np.ndarray, c: np.ndarray, extra: dict[int, np.ndarray] | None = None
+) -> np.ndarray:
     def setup(w):  # type: ignore[no-untyped-def]
         w.v[0 : a_regs.shape[0]] = a_regs
         w.v[16 : 16 + b_regs.shape[0]] = b_regs
@@ -88,7 +90,9 @@ def inputs(kind: str, k: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 def test_mfma_16x16x4_f32(kind: str) -> None:
     a, b = inputs(kind, 4, 1)
     c = np.random.default_rng(2).standard_normal((16, 16)).astype(np.float32)
-    got = run_mfma("v_mfma_f32_16x16x4_f32 a[0:3], v0, v16, a[0:3]", lane_bytes(codes_f32(a), 32), lane_bytes(codes_f32(b), 32), c)
+    got = run_mfma(
+        "v_mfma_f32_16x16x4_f32 a[0:3], v0, v16, a[0:3]", lane_bytes(codes_f32(a), 32), lane_bytes(codes_f32(b), 32), c
+    )
     want = (torch.from_numpy(a).double() @ torch.from_numpy(b).double().T + torch.from_numpy(c)).float().numpy()
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-5)
 
@@ -134,7 +138,9 @@ def test_mfma_16x16x128_f8f6f4(fa: int, fb: int, kind: str) -> None:
     want = (da @ db.T + 1.0).float().numpy()
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-5)
     if fa == 0:  # E4M3 decoding agrees with torch's own float8 type
-        np.testing.assert_array_equal(da.float().numpy(), torch.from_numpy(ca).view(torch.float8_e4m3fn).float().numpy())
+        np.testing.assert_array_equal(
+            da.float().numpy(), torch.from_numpy(ca).view(torch.float8_e4m3fn).float().numpy()
+        )
 
 
 @pytest.mark.parametrize(("byte_a", "byte_b"), [(0, 0), (1, 2), (3, 1)])
@@ -171,7 +177,9 @@ def test_mfma_inline_zero_accumulator_and_vgpr_destination() -> None:
         w.v[16:20] = lane_bytes(codes_16(tb), 16)
 
     (w,) = Program("v_mfma_f32_16x16x32_bf16 v[0:3], v[0:3], v[16:19], 0").run(setup)
-    np.testing.assert_allclose(result_matrix(w.v[0:4]), (ta.double() @ tb.double().T).float().numpy(), rtol=1e-6, atol=1e-5)
+    np.testing.assert_allclose(
+        result_matrix(w.v[0:4]), (ta.double() @ tb.double().T).float().numpy(), rtol=1e-6, atol=1e-5
+    )
 
 
 def test_accvgpr_moves() -> None:

@@ -61,7 +61,15 @@ def test_vector_64bit_address_math() -> None:
         v_add_co_u32_e32 v8, vcc, -1, v0
         v_addc_co_u32_e32 v9, vcc, 0, v1, vcc
         """
-    ).run(lambda w: (vset(w, 0, LANE * 1000), vset(w, 1, 5), vset(w, 4, 0xFFFFFFFF), vset(w, 5, 1), w.s.__setitem__(8, 0x10000)))
+    ).run(
+        lambda w: (
+            vset(w, 0, LANE * 1000),
+            vset(w, 1, 5),
+            vset(w, 4, 0xFFFFFFFF),
+            vset(w, 5, 1),
+            w.s.__setitem__(8, 0x10000),
+        )
+    )
     lo = w.v[2].astype(np.uint64) | (w.v[3].astype(np.uint64) << np.uint64(32))
     want = LANE.astype(np.uint64) * 1000 * 0x10000 + 0x1_FFFFFFFF
     assert (lo == want).all()
@@ -138,7 +146,24 @@ def test_readfirstlane_and_mbcnt() -> None:
 # -- conversions at their edge values ------------------------------------------------------------
 
 EDGE = np.array(
-    [0.0, -0.0, 1.0, -1.5, 448.0, 464.0, 57344.0, 1e6, -1e6, np.inf, -np.inf, np.nan, 2.0**-9, 2.0**-10, 2.0**-17, 2.0**-16]
+    [
+        0.0,
+        -0.0,
+        1.0,
+        -1.5,
+        448.0,
+        464.0,
+        57344.0,
+        1e6,
+        -1e6,
+        np.inf,
+        -np.inf,
+        np.nan,
+        2.0**-9,
+        2.0**-10,
+        2.0**-17,
+        2.0**-16,
+    ]
     * 4,
     np.float32,
 )
@@ -162,9 +187,9 @@ def test_cvt_pk_bf16_f32_matches_torch() -> None:
 def test_cvt_pk_fp8_f32(opc: str, fmt: nm.MiniFloat, clamp: bool) -> None:
     b = EDGE[::-1].copy()
     c = " clamp" if clamp else ""
-    (w,) = Program(f"v_cvt_pk_{opc[9:12]}_f32 v2, v0, v1{c}\nv_cvt_pk_{opc[9:12]}_f32 v3, v0, v1 op_sel:[0,0,1]{c}").run(
-        lambda w: (vset(w, 0, EDGE), vset(w, 1, b), vset(w, 2, 0xAAAAAAAA), vset(w, 3, 0xBBBBBBBB))
-    )
+    (w,) = Program(
+        f"v_cvt_pk_{opc[9:12]}_f32 v2, v0, v1{c}\nv_cvt_pk_{opc[9:12]}_f32 v3, v0, v1 op_sel:[0,0,1]{c}"
+    ).run(lambda w: (vset(w, 0, EDGE), vset(w, 1, b), vset(w, 2, 0xAAAAAAAA), vset(w, 3, 0xBBBBBBBB)))
     lo, hi = nm.encode(fmt, EDGE, clamp).astype(np.uint32), nm.encode(fmt, b, clamp).astype(np.uint32)
     assert (w.v[2] == (0xAAAA0000 | lo | hi << 8)).all()  # low word written, high word kept
     assert (w.v[3] == (0x0000BBBB | (lo | hi << 8) << 16)).all()
@@ -246,13 +271,15 @@ def test_global_load_store_dwordx4() -> None:
         vset(w, 2, (b & 0xFFFFFFFF).astype(np.uint32))
         vset(w, 3, (b >> np.uint64(32)).astype(np.uint32))
 
-    Program("global_load_dwordx4 v[4:7], v[0:1], off\ns_waitcnt vmcnt(0)\nglobal_store_dwordx4 v[2:3], v[4:7], off").run(setup)
+    Program(
+        "global_load_dwordx4 v[4:7], v[0:1], off\ns_waitcnt vmcnt(0)\nglobal_store_dwordx4 v[2:3], v[4:7], off"
+    ).run(setup)
     assert torch.equal(dst.view(64, 4), src.view(64, 4).flip(0))
 
 
 def test_unmapped_global_address_is_an_error_not_a_crash() -> None:
     prog = Program("global_load_dword v1, v[2:3], off")
-    with pytest.raises(EmulatorError, match="unmapped|null"):
+    with pytest.raises(EmulatorError, match=r"unmapped|null"):
         prog.run(lambda w: (vset(w, 2, 0x10), vset(w, 3, 0)))
 
 

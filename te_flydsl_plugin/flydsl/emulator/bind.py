@@ -96,11 +96,7 @@ def imm_value(o: Operand, width: str) -> int:
         return f32_bits(v)
     iv = int(o.value)
     if width in ("b64", "f64"):
-        if width == "f64" and o.value != 0 and -16 <= iv <= 64 and o.kind == "imm":
-            return iv & 0xFFFFFFFFFFFFFFFF
         return iv & 0xFFFFFFFFFFFFFFFF
-    if width in ("b16", "f16", "bf16"):
-        return iv & 0xFFFF if -16 <= iv <= 64 else iv & 0xFFFFFFFF
     return iv & 0xFFFFFFFF
 
 

@@ -231,9 +231,7 @@ def parse(raw: bytes) -> CodeObject:
         )
         code_addr = kd_addr + desc.entry_offset
         code_size = symbols.get(name, (code_addr, 0))[1]
-        args = tuple(
-            KernelArg(a[".offset"], a[".size"], a[".value_kind"], a.get(".name")) for a in km.get(".args", [])
-        )
+        args = tuple(KernelArg(a[".offset"], a[".size"], a[".value_kind"], a.get(".name")) for a in km.get(".args", []))
         reqd = km.get(".reqd_workgroup_size")
         kernels[name] = Kernel(
             name=name,

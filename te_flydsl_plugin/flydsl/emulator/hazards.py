@@ -190,7 +190,10 @@ class HazardTracker:
             bad = addrs[other_w | other_r]
             who = self.w_wave[bad[0]] if other_w.any() else rw[other_r][0]
             self._report(
-                w, inst, "lds-race", f"writes LDS byte 0x{int(bad[0]):x} that wave {who} accessed with no barrier between"
+                w,
+                inst,
+                "lds-race",
+                f"writes LDS byte 0x{int(bad[0]):x} that wave {who} accessed with no barrier between",
             )
         self.w_wave[addrs] = wid
         self.w_epoch[addrs] = cur

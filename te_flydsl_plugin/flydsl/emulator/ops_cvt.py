@@ -147,7 +147,6 @@ for _suf in ("", "_e32", "_e64", "_sdwa"):
     op(f"v_cvt_pk_f32_bf8{_suf}")(lambda inst, ctx: _unpack_fp8(inst, ctx, E5M2, True))
 
 
-
 @op("v_fma_mix_f32", "v_mad_mix_f32")
 def _fma_mix(inst: Inst, ctx: BindContext) -> Step:
     """f32 = a * b + c where each source is f32, or f16 (``op_sel_hi[i]``) from the half ``op_sel[i]``."""

@@ -56,7 +56,9 @@ def _regs_to_bytes(regs: np.ndarray, nbytes: int) -> np.ndarray:
     return np.ascontiguousarray(regs.T).view(np.uint8)[:, :nbytes]
 
 
-def _vdata_writer(ctx: BindContext, inst: Inst, d: Operand, nregs: int) -> Callable[[Wave, np.ndarray, np.ndarray], None]:
+def _vdata_writer(
+    ctx: BindContext, inst: Inst, d: Operand, nregs: int
+) -> Callable[[Wave, np.ndarray, np.ndarray], None]:
     """Write loaded registers for the given lanes (bool[64]), then mark them pending on vmcnt."""
     file_a = d.kind == "a"
 
@@ -177,10 +179,7 @@ class _BufferAddr:
         if (s[r + 3] >> 23) & 1:  # ADD_TID_ENABLE
             idx = idx + _LANE_IDX.astype(np.uint64)
         off = voff + np.uint64(self.inst_off)
-        if stride == 0:
-            ok = off + np.uint64(nbytes) <= np.uint64(num)
-        else:
-            ok = idx < np.uint64(num)
+        ok = off + np.uint64(nbytes) <= np.uint64(num) if stride == 0 else idx < np.uint64(num)
         addr = np.uint64(base + self.soff(w)) + off + idx * np.uint64(stride)
         return addr, ok
 
@@ -235,7 +234,7 @@ def _bind_buffer_load(inst: Inst, ctx: BindContext) -> Step:
 
 
 def _bind_buffer_store(inst: Inst, ctx: BindContext) -> Step:
-    suffix, nbytes = _buffer_parts(inst)
+    _, nbytes = _buffer_parts(inst)
     data, vaddr, rsrc, soff = inst.operands[:4]
     baddr = _BufferAddr(ctx, inst, vaddr, rsrc, soff)
     rd = _vreg_read(ctx, inst, data, max(nbytes // 4, 1))
@@ -381,9 +380,7 @@ def _ds_read2(inst: Inst, ctx: BindContext) -> Step:
     return step
 
 
-def _lds_scatter(
-    lds: np.ndarray, addrs: np.ndarray, data: np.ndarray
-) -> np.ndarray:
+def _lds_scatter(lds: np.ndarray, addrs: np.ndarray, data: np.ndarray) -> np.ndarray:
     """Write uint8[n, nbytes] at ``addrs``; OOB bytes are dropped. Returns the written flat addresses."""
     idx = addrs[:, None] + np.arange(data.shape[1])
     inr = (idx >= 0) & (idx < lds.size)

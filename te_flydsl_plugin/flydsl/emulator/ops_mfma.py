@@ -26,7 +26,9 @@ from .machine import LANES, Wave
 from .numerics import E2M1, E2M3, E3M2, E4M3, E5M2, MiniFloat, bf16_to_f32, decode_table, e8m0_to_f32
 
 _F8F6F4 = {0: E4M3, 1: E5M2, 2: E2M3, 3: E3M2, 4: E2M1}
-_MFMA_RE = re.compile(r"^v_mfma_(scale_)?f32_(\d+)x(\d+)x(\d+)(?:_?)(f32|xf32|bf16|f16|bf16_1k|f8f6f4|fp8_fp8|bf8_bf8|fp8_bf8|bf8_fp8)$")
+_MFMA_RE = re.compile(
+    r"^v_mfma_(scale_)?f32_(\d+)x(\d+)x(\d+)(?:_?)(f32|xf32|bf16|f16|bf16_1k|f8f6f4|fp8_fp8|bf8_bf8|fp8_bf8|bf8_fp8)$"
+)
 
 
 def _regs(w: Wave, o: Operand) -> np.ndarray:
@@ -94,12 +96,20 @@ def _bind_mfma(inst: Inst, ctx: BindContext) -> Step:
     m = _MFMA_RE.match(inst.opcode)
     if not m:
         raise EmulatorError(f"{ctx.kernel}: MFMA {inst.opcode} at 0x{inst.address:x} is not emulated")
-    scaled, mdim, ndim, kdim, dtype = m.group(1) is not None, int(m.group(2)), int(m.group(3)), int(m.group(4)), m.group(5)
+    scaled, mdim, ndim, kdim, dtype = (
+        m.group(1) is not None,
+        int(m.group(2)),
+        int(m.group(3)),
+        int(m.group(4)),
+        m.group(5),
+    )
     if mdim != ndim or mdim not in (16, 32):
         raise EmulatorError(f"{ctx.kernel}: MFMA shape of {inst.opcode} at 0x{inst.address:x} is not emulated")
     for mod in ("abid", "cbsz", "blgp"):
         if dtype != "f8f6f4" and inst.mod_int(mod, 0):
-            raise EmulatorError(f"{ctx.kernel}: {inst.opcode} with {mod} broadcast at 0x{inst.address:x} is not emulated")
+            raise EmulatorError(
+                f"{ctx.kernel}: {inst.opcode} with {mod} broadcast at 0x{inst.address:x} is not emulated"
+            )
     if dtype in ("xf32", "fp8_fp8", "bf8_bf8", "fp8_bf8", "bf8_fp8"):
         fa = E4M3 if dtype.startswith("fp8") else E5M2
         fb = E4M3 if dtype.endswith("fp8") else E5M2

@@ -304,7 +304,17 @@ def _sopk(inst: Inst, ctx: BindContext) -> Step:
 # -- program control ---------------------------------------------------------------------------
 
 
-@op("s_nop", "v_nop", "v_nop_e32", "s_setprio", "s_sleep", "s_sched_barrier", "s_icache_inv", "s_dcache_wb", "s_dcache_inv")
+@op(
+    "s_nop",
+    "v_nop",
+    "v_nop_e32",
+    "s_setprio",
+    "s_sleep",
+    "s_sched_barrier",
+    "s_icache_inv",
+    "s_dcache_wb",
+    "s_dcache_inv",
+)
 def _nop(inst: Inst, ctx: BindContext) -> Step:
     return lambda w: None
 
@@ -426,4 +436,3 @@ def _s_buffer_load(inst: Inst, ctx: BindContext) -> Step:
         hz.issue(w, "lgkm", inst, sregs=(d.index, n))
 
     return step
-

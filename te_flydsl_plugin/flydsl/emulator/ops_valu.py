@@ -8,6 +8,7 @@ even, denormals kept, as gfx950 does with the default FP mode FlyDSL compiles fo
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -21,11 +22,12 @@ from .bind import (
     bitmask_reader,
     fsrc,
     op,
+    sreader,
     swriter,
     vreader,
     vwriter,
 )
-from .decode import Inst
+from .decode import VCC, Inst, Operand
 from .errors import EmulatorError
 from .machine import LANES, Wave, mask_to_bits
 
@@ -53,20 +55,21 @@ _INT2: dict[str, Callable[[Any, Any], Any]] = {
     "v_lshlrev_b32": lambda a, b: np.left_shift(np.asarray(b, U32), _sh(a)),
     "v_lshrrev_b32": lambda a, b: np.right_shift(np.asarray(b, U32), _sh(a)),
     "v_ashrrev_i32": lambda a, b: np.right_shift(_i32(b), _sh(a).astype(np.int32)).view(U32),
-    "v_lshlrev_b16": lambda a, b: np.left_shift(np.asarray(b, U32) & U32(0xFFFF), np.asarray(a, U32) & U32(15))
-    & U32(0xFFFF),
+    "v_lshlrev_b16": lambda a, b: (
+        np.left_shift(np.asarray(b, U32) & U32(0xFFFF), np.asarray(a, U32) & U32(15)) & U32(0xFFFF)
+    ),
     "v_mul_lo_u32": lambda a, b: (np.asarray(a, np.uint64) * np.asarray(b, np.uint64)).astype(U32),
     "v_mul_hi_u32": lambda a, b: ((np.asarray(a, np.uint64) * np.asarray(b, np.uint64)) >> np.uint64(32)).astype(U32),
     "v_mul_hi_i32": lambda a, b: ((_i32(a).astype(np.int64) * _i32(b).astype(np.int64)) >> 32).astype(U32),
     "v_mul_u32_u24": lambda a, b: (np.asarray(a, U32) & U32(0xFFFFFF)) * (np.asarray(b, U32) & U32(0xFFFFFF)),
     "v_mul_i32_i24": lambda a, b: (
-        ((_i32(np.asarray(a, U32) << U32(8)) >> 8).astype(np.int64) * (_i32(np.asarray(b, U32) << U32(8)) >> 8))
+        (_i32(np.asarray(a, U32) << U32(8)) >> 8).astype(np.int64) * (_i32(np.asarray(b, U32) << U32(8)) >> 8)
     ).astype(U32),
     "v_min_u32": lambda a, b: np.minimum(np.asarray(a, U32), np.asarray(b, U32)),
     "v_max_u32": lambda a, b: np.maximum(np.asarray(a, U32), np.asarray(b, U32)),
     "v_min_i32": lambda a, b: np.minimum(_i32(a), _i32(b)).view(U32),
     "v_max_i32": lambda a, b: np.maximum(_i32(a), _i32(b)).view(U32),
-    "v_bfm_b32": lambda a, b: ((np.left_shift(U32(1), _sh(a)) - U32(1)) << _sh(b)),
+    "v_bfm_b32": lambda a, b: (np.left_shift(U32(1), _sh(a)) - U32(1)) << _sh(b),
     "v_bcnt_u32_b32": lambda a, b: np.bitwise_count(np.asarray(a, U32)).astype(U32) + b,
 }
 
@@ -127,9 +130,9 @@ _INT3: dict[str, Callable[[Any, Any, Any], Any]] = {
     "v_max3_u32": lambda a, b, c: np.maximum(np.maximum(np.asarray(a, U32), b), np.asarray(c, U32)),
     "v_min3_i32": lambda a, b, c: np.minimum(np.minimum(_i32(a), _i32(b)), _i32(c)).view(U32),
     "v_max3_i32": lambda a, b, c: np.maximum(np.maximum(_i32(a), _i32(b)), _i32(c)).view(U32),
-    "v_med3_i32": lambda a, b, c: np.median(np.stack(np.broadcast_arrays(_i32(a), _i32(b), _i32(c))), 0)
-    .astype(np.int32)
-    .view(U32),
+    "v_med3_i32": lambda a, b, c: (
+        np.median(np.stack(np.broadcast_arrays(_i32(a), _i32(b), _i32(c))), 0).astype(np.int32).view(U32)
+    ),
     "v_med3_u32": lambda a, b, c: np.median(
         np.stack(np.broadcast_arrays(*(np.asarray(x, U32).astype(np.int64) for x in (a, b, c)))), 0
     ).astype(U32),
@@ -284,9 +287,7 @@ def _bind_f(inst: Inst, ctx: BindContext, fn: Callable[..., np.ndarray], nsrc: i
 
 for _tab, _n in ((_F1, 1), (_F2, 2), (_F3, 3)):
     for _name, _fn in _tab.items():
-        op(_name, _name + "_e32", _name + "_e64")(
-            (lambda fn, n: lambda inst, ctx: _bind_f(inst, ctx, fn, n))(_fn, _n)
-        )
+        op(_name, _name + "_e32", _name + "_e64")((lambda fn, n: lambda inst, ctx: _bind_f(inst, ctx, fn, n))(_fn, _n))
 
 
 @op("v_fmac_f32", "v_fmac_f32_e32", "v_fmac_f32_e64", "v_mac_f32", "v_mac_f32_e32", "v_mac_f32_e64")
@@ -317,22 +318,13 @@ def _pk_f32(inst: Inst, ctx: BindContext, nsrc: int, fn: Callable[..., np.ndarra
     neg_hi = inst.mod_list("neg_hi", nsrc, 0)
     readers = []
     for i, o in enumerate(srcs):
-        if o.kind in ("v", "a"):
-            from dataclasses import replace
-
-            lo = vreader(replace(o, index=o.index + op_sel[i], count=1), ctx, inst)
-            hi = vreader(replace(o, index=o.index + op_sel_hi[i], count=1), ctx, inst)
-        elif o.kind == "s":
-            from dataclasses import replace
-
+        if o.kind in ("v", "a", "s"):  # a 64-bit pair: op_sel / op_sel_hi pick the dword of each half
             lo = vreader(replace(o, index=o.index + op_sel[i], count=1), ctx, inst)
             hi = vreader(replace(o, index=o.index + op_sel_hi[i], count=1), ctx, inst)
         else:
             lo = hi = vreader(o, ctx, inst)
         readers.append((lo, hi, neg_lo[i], neg_hi[i]))
     dlo = vwriter(d, ctx, inst)
-    from dataclasses import replace
-
     dhi = vwriter(replace(d, index=d.index + 1, count=1), ctx, inst)
 
     def step(w: Wave) -> None:
@@ -351,14 +343,14 @@ def _pk_f32(inst: Inst, ctx: BindContext, nsrc: int, fn: Callable[..., np.ndarra
 
 op("v_pk_add_f32")(lambda inst, ctx: _pk_f32(inst, ctx, 2, lambda a, b: a + b))
 op("v_pk_mul_f32")(lambda inst, ctx: _pk_f32(inst, ctx, 2, lambda a, b: a * b))
-op("v_pk_fma_f32")(lambda inst, ctx: _pk_f32(inst, ctx, 3, lambda a, b, c: (a.astype(np.float64) * b + c).astype(np.float32)))
+op("v_pk_fma_f32")(
+    lambda inst, ctx: _pk_f32(inst, ctx, 3, lambda a, b, c: (a.astype(np.float64) * b + c).astype(np.float32))
+)
 
 
 @op("v_pk_mov_b32")
 def _pk_mov(inst: Inst, ctx: BindContext) -> Step:
     """dst.lo = src0[op_sel[0]], dst.hi = src1[op_sel[1]] (each source a 64-bit pair)."""
-    from dataclasses import replace
-
     d, s0, s1 = inst.operands[:3]
     sel = inst.mod_list("op_sel", 2, 0)
 
@@ -438,24 +430,24 @@ def _mad64(inst: Inst, ctx: BindContext) -> Step:
 # -- carry chains -------------------------------------------------------------------------------
 
 
-def _carry_ops(inst: Inst) -> tuple[int, int | None]:
-    """(index of the first source, index of the carry-in mask operand or None)."""
-    name = base_opcode(inst.opcode)
-    has_cin = name in ("v_addc_co_u32", "v_subb_co_u32", "v_subbrev_co_u32")
-    # e32: dst, vcc, src0, src1[, vcc]; e64: dst, sdst, src0, src1[, ssrc]
-    return 2, (4 if has_cin else None)
-
-
 @op(
     *(
         f"{n}{s}"
-        for n in ("v_add_co_u32", "v_sub_co_u32", "v_subrev_co_u32", "v_addc_co_u32", "v_subb_co_u32", "v_subbrev_co_u32")
+        for n in (
+            "v_add_co_u32",
+            "v_sub_co_u32",
+            "v_subrev_co_u32",
+            "v_addc_co_u32",
+            "v_subb_co_u32",
+            "v_subbrev_co_u32",
+        )
         for s in ("", "_e32", "_e64")
     )
 )
 def _addco(inst: Inst, ctx: BindContext) -> Step:
     name = base_opcode(inst.opcode)
-    first, cin_idx = _carry_ops(inst)
+    # operands (e32 and e64 alike): dst, carry-out mask, src0, src1[, carry-in mask]
+    first, cin_idx = 2, (4 if name in ("v_addc_co_u32", "v_subb_co_u32", "v_subbrev_co_u32") else None)
     dst = vwriter(inst.operands[0], ctx, inst)
     cout = inst.operands[1]
     a, b = vreader(inst.operands[first], ctx, inst), vreader(inst.operands[first + 1], ctx, inst)
@@ -501,9 +493,7 @@ def _cmp_binder(inst: Inst, ctx: BindContext) -> Step:
     kind, typ = parts[2], parts[3]
     e64 = inst.opcode.endswith("_e64")
     ops = inst.operands
-    if e64 and not is_x:
-        sdst, s0, s1 = ops[0], ops[1], ops[2]
-    elif len(ops) == 3:
+    if (e64 and not is_x) or len(ops) == 3:
         sdst, s0, s1 = ops[0], ops[1], ops[2]
     else:
         sdst, s0, s1 = None, ops[0], ops[1]
@@ -555,9 +545,7 @@ def _cndmask(inst: Inst, ctx: BindContext) -> Step:
     ops = inst.operands
     dst = vwriter(ops[0], ctx, inst)
     a, b = vreader(ops[1], ctx, inst), vreader(ops[2], ctx, inst)
-    from .decode import Operand
-
-    sel = bitmask_reader(ops[3] if len(ops) > 3 else Operand("s", 106, 2))
+    sel = bitmask_reader(ops[3] if len(ops) > 3 else Operand("s", VCC, 2))
     neg_or_abs = any(o.neg or o.abs for o in ops[1:3])
     if neg_or_abs:
         fa, fb = fsrc(ops[1], ctx, inst), fsrc(ops[2], ctx, inst)
@@ -583,8 +571,6 @@ def _readfirstlane(inst: Inst, ctx: BindContext) -> Step:
 
 @op("v_readlane_b32")
 def _readlane(inst: Inst, ctx: BindContext) -> Step:
-    from .bind import sreader
-
     dst = swriter(inst.operands[0])
     src = vreader(inst.operands[1], ctx, inst)
     lane = sreader(inst.operands[2])
@@ -593,8 +579,6 @@ def _readlane(inst: Inst, ctx: BindContext) -> Step:
 
 @op("v_writelane_b32")
 def _writelane(inst: Inst, ctx: BindContext) -> Step:
-    from .bind import sreader
-
     d = inst.operands[0]
     val = sreader(inst.operands[1])
     lane = sreader(inst.operands[2])
@@ -611,7 +595,6 @@ def _mbcnt(inst: Inst, ctx: BindContext) -> Step:
     mask, acc = vreader(inst.operands[1], ctx, inst), vreader(inst.operands[2], ctx, inst)
     hi = "_hi_" in inst.opcode
     lanes = np.arange(LANES)
-    below = [(1 << (i - 32)) - 1 if hi and i >= 32 else ((1 << 32) - 1 if hi else (1 << min(i, 32)) - 1) for i in lanes]
     if hi:
         below = [((1 << (i - 32)) - 1) if i >= 32 else 0 for i in lanes]
     else:

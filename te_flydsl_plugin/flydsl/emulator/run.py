@@ -55,7 +55,7 @@ class LaunchReport:
         return "\n".join(lines)
 
 
-class _Yield(Exception):  # noqa: N818 - control flow, not an error
+class _Yield(Exception):
     """Raised by ``s_barrier`` / ``s_endpgm`` to hand control back to the scheduler."""
 
 
@@ -140,7 +140,7 @@ def _init_wave(
         for i in range(preload):
             w.s[s + i] = raw[i]
     s = d.user_sgpr_count
-    for enabled, gid in zip(d.tgid_enable, wg):
+    for enabled, gid in zip(d.tgid_enable, wg, strict=True):
         if enabled:
             w.s[s] = gid
             s += 1
@@ -161,7 +161,7 @@ def _dispatch_packet(k: Kernel, grid: tuple[int, int, int], block: tuple[int, in
     buf = (ctypes.c_uint8 * 64)()
     pkt = np.frombuffer(buf, np.uint8)
     pkt[4:10] = np.array(block, "<u2").view(np.uint8)
-    pkt[12:24] = np.array([g * b for g, b in zip(grid, block)], "<u4").view(np.uint8)
+    pkt[12:24] = np.array([g * b for g, b in zip(grid, block, strict=True)], "<u4").view(np.uint8)
     pkt[28:32] = np.array([lds], "<u4").view(np.uint8)
     pkt[40:48] = np.array([karg], "<u8").view(np.uint8)
     return buf
@@ -214,7 +214,7 @@ def launch(
     steps = _bind(insts, ctx)
     counts = [0] * len(steps)
     wgs = list(workgroups) if workgroups is not None else list(itertools.product(*(range(g) for g in grid)))
-    wgs = [(x, y, z) for x, y, z in ((tuple(g) + (0, 0))[:3] for g in wgs)]
+    wgs = [(x, y, z) for x, y, z in ((*tuple(g), 0, 0)[:3] for g in wgs)]
     for g in wgs:
         if not all(0 <= g[i] < grid[i] for i in range(3)):
             raise EmulatorError(f"workgroup {g} outside grid {grid}")
@@ -266,7 +266,7 @@ def launch(
                 w.at_barrier = False
             tracker.barrier_released()
     per_op: Counter[str] = Counter()
-    for inst, c in zip(insts, counts):
+    for inst, c in zip(insts, counts, strict=True):
         if c:
             per_op[inst.opcode] += c
     return LaunchReport(

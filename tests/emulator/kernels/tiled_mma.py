@@ -44,6 +44,11 @@ def mma_tile_kernel(A: fx.Tensor, B: fx.Tensor, C: fx.Tensor, tile_k: fx.Constex
 
 @flyc.jit
 def mma_tile(
-    A: fx.Tensor, B: fx.Tensor, C: fx.Tensor, tile_k: fx.Constexpr[int], elem: fx.Constexpr[int], stream: fx.Stream = None
+    A: fx.Tensor,
+    B: fx.Tensor,
+    C: fx.Tensor,
+    tile_k: fx.Constexpr[int],
+    elem: fx.Constexpr[int],
+    stream: fx.Stream = None,
 ):
     mma_tile_kernel(A, B, C, tile_k, elem).launch(grid=(1, 1, 1), block=(256, 1, 1), stream=stream)

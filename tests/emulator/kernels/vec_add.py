@@ -1,6 +1,6 @@
 """A predicated elementwise add (C = A + B) over a 2D f32 tensor, 128-bit copies per thread.
 
-Exercises: buffer-free global loads/stores through FlyDSL's universal copy, per-thread predicates
+Exercises: plain global loads/stores (no buffer resource) through FlyDSL's universal copy, per-thread predicates
 at the tensor border (edge tiles), workgroup ids in two dimensions.
 """
 
@@ -8,6 +8,7 @@ import flydsl.compiler as flyc
 import flydsl.expr as fx
 
 THREADS_M, THREADS_N, VEC = 4, 32, 4
+_NULL_STREAM = fx.Stream(None)
 
 
 @flyc.kernel
@@ -36,7 +37,7 @@ def add_kernel(A: fx.Tensor, B: fx.Tensor, C: fx.Tensor, tiled_copy: fx.TiledCop
 
 
 @flyc.jit
-def add(A: fx.Tensor, B: fx.Tensor, C: fx.Tensor, stream: fx.Stream = fx.Stream(None)):
+def add(A: fx.Tensor, B: fx.Tensor, C: fx.Tensor, stream: fx.Stream = _NULL_STREAM):
     atom = fx.make_copy_atom(fx.UniversalCopy128b(), fx.Float32)
     tiled_copy = fx.make_tiled_copy_tv(
         atom,
