@@ -192,3 +192,30 @@ def test_accvgpr_moves() -> None:
         """
     ).run(lambda w: w.v.__setitem__(1, np.arange(64, dtype=np.uint32)))
     assert (w.v[2] == np.arange(64)).all() and (w.a[5] == 7).all()
+
+
+def test_mfma_32x32x16_bf16_layout() -> None:
+    """32x32: lane l holds row l % 32 with K elements 8 * (l // 32) ..; register r of lane l is
+    D[8 * (r // 4) + 4 * (l // 32) + r % 4, l % 32] (CDNA3 layouts, per the matrix calculator)."""
+    rng = np.random.default_rng(11)
+    ta = torch.from_numpy(rng.standard_normal((32, 16)).astype(np.float32)).bfloat16()
+    tb = torch.from_numpy(rng.standard_normal((32, 16)).astype(np.float32)).bfloat16()
+
+    def regs(t: torch.Tensor) -> np.ndarray:
+        codes = codes_16(t).astype(np.uint32)
+        out = np.zeros((4, LANES), np.uint32)
+        for lane in range(LANES):
+            k = codes[lane % 32, 8 * (lane // 32) : 8 * (lane // 32) + 8]
+            out[:, lane] = k[0::2] | (k[1::2] << 16)
+        return out
+
+    def setup(w):  # type: ignore[no-untyped-def]
+        w.v[0:4], w.v[16:20] = regs(ta), regs(tb)
+
+    (w,) = Program("v_mfma_f32_32x32x16_bf16 a[0:15], v[0:3], v[16:19], 0").run(setup)
+    want = (ta.double() @ tb.double().T).float().numpy()
+    got = np.zeros((32, 32), np.float32)
+    for lane in range(LANES):
+        for r in range(16):
+            got[8 * (r // 4) + 4 * (lane // 32) + r % 4, lane % 32] = w.a[r, lane].view(np.float32)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-5)
