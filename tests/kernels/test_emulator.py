@@ -89,6 +89,18 @@ def test_misaligned_piece_is_a_clear_error() -> None:
         launch.execute(plan, "emulator")
 
 
+def test_tile_order_covers_every_tile_once() -> None:
+    """30 tiles (not a multiple of the 8 XCDs; 10 tile rows: one full group of 8 and a tail of 2):
+    the XCD-aware renumbering must reach every output tile exactly once (beta 1 catches a repeat)."""
+    cfg = KernelConfig(Format.BF16, Format.BF16, True, True, Format.FP32)
+    _run_and_check(cfg, 9 * 256 + 10, 2 * 256 + 88, 8, 1.0, 1.0)
+
+
+def test_empty_k_gives_beta_times_out() -> None:
+    cfg = KernelConfig(Format.BF16, Format.BF16, True, True, Format.FP32)
+    _run_and_check(cfg, 40, 72, 0, 1.0, 0.5)
+
+
 def test_strided_output_view() -> None:
     """``out`` may be a column window of a wider D: the kernel honours its leading stride."""
     cfg = KernelConfig(Format.BF16, Format.BF16, True, True, Format.FP32)

@@ -361,7 +361,10 @@ def gemm_kernel(
         multiply(t % 2)
     rocdl.s_waitcnt(vmcnt=0)
     rocdl.s_barrier()
-    multiply((k_tiles + 1) % 2)
+    # The last tile sits in stage (k_tiles - 1) % 2; K = 0 has none, and multiplies the zeros that the
+    # all-out-of-bounds fill of tile 0 left in stage 0, giving beta * out.
+    last = (k_tiles < 1).select(1, k_tiles)
+    multiply((last + 1) % 2)
 
     scale = alpha
     if const_expr(p.scaled):
@@ -481,7 +484,8 @@ def launch_geometry(
         # boundary and hold whole vectors (a partial one would read the next row's elements).
         vec = DMA_BYTES // fmt.itemsize
         what = "K" if k_major else "rows"
-        if t.shape[1] % vec or (t.shape[0] > 1 and t.stride(0) % vec) or t.storage_offset() % vec:
+        misaligned = t.shape[1] % vec or (t.shape[0] > 1 and t.stride(0) % vec) or t.storage_offset() % vec
+        if t.numel() and misaligned:
             raise ValueError(
                 f"{name}: its contiguous dim ({what}), leading stride and start must be multiples of {vec} "
                 f"elements (16 bytes), got shape {tuple(t.shape)}, stride {t.stride()}, "
