@@ -100,3 +100,17 @@ def test_hazards_off_records_nothing() -> None:
     prog = Program("ds_read_b32 v1, v0\nv_mov_b32_e32 v2, v1", lds_bytes=256, hazards="off")
     prog.run(lambda w: vset(w, 0, LANE * 4))
     assert prog.tracker.found == []
+
+
+def test_scalar_loads_retire_only_with_lgkmcnt_zero() -> None:
+    """An s_load and a ds_read outstanding: lgkmcnt(1) does not say which one returned."""
+    import ctypes
+
+    buf = (ctypes.c_uint32 * 4)(1, 2, 3, 4)
+    asm = "s_load_dword s4, s[0:1], 0x0\nds_read_b32 v1, v0\ns_waitcnt lgkmcnt(1)\nv_mov_b32_e32 v2, v1\n"
+    prog = Program(asm, lds_bytes=256, hazards="report")
+    prog.run(lambda w: (w.sset(0, ctypes.addressof(buf), 2), vset(w, 0, LANE * 4)))
+    assert [(h.kind, h.address) for h in prog.tracker.found] == [("unwaited-load", 0x1018)]
+    ok = Program(asm.replace("lgkmcnt(1)", "lgkmcnt(0)"), lds_bytes=256, hazards="report")
+    ok.run(lambda w: (w.sset(0, ctypes.addressof(buf), 2), vset(w, 0, LANE * 4)))
+    assert ok.tracker.found == []

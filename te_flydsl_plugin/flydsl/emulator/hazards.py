@@ -5,8 +5,9 @@ whatever the order), and this module tracks what a real wave would still have in
 
 * **Counters.** Each wave's vector-memory (``vmcnt``) and LDS/scalar-memory (``lgkmcnt``)
   operations get sequence numbers, retired in order by ``s_waitcnt`` (``vmcnt(N)`` retires all
-  but the newest N). A register written by a load stays *pending* until its operation retires;
-  reading it, or overwriting it, before then is a hazard ("unwaited-load").
+  but the newest N); scalar loads return out of order, so while one is outstanding only
+  ``lgkmcnt(0)`` retires anything on that counter. A register written by a load stays *pending*
+  until its operation retires; reading it, or overwriting it, before then is a hazard ("unwaited-load").
 * **LDS in flight.** LDS bytes written by a direct global->LDS load (``buffer_load ... lds``, on
   ``vmcnt``) or by a ``ds_write`` (on ``lgkmcnt``) are pending the same way. Reading them before
   the writer has waited is a hazard ("unwaited-lds"), except a wave reading its own ``ds_write``
@@ -54,6 +55,8 @@ class WaveCounters:
     pending_regs: dict[tuple[str, int], tuple[str, int, int]] = field(default_factory=dict)
     # SGPR -> (counter, sequence number, address of the s_load); checked by the scheduler loop
     pending_s: dict[int, tuple[str, int, int]] = field(default_factory=dict)
+    # lgkm sequence numbers of scalar-memory loads: they return out of order (see wait)
+    smem_seqs: list[int] = field(default_factory=list)
 
 
 class HazardTracker:
@@ -128,6 +131,7 @@ class HazardTracker:
             for r in range(idx, idx + n):
                 c.pending_regs[(kind, r)] = (counter, seq, inst.address)
         if sregs is not None:
+            c.smem_seqs.append(seq)
             for r in range(sregs[0], sregs[0] + sregs[1]):
                 c.pending_s[r] = (counter, seq, inst.address)
         return seq
@@ -135,8 +139,12 @@ class HazardTracker:
     def wait(self, w: Wave, vmcnt: int, lgkmcnt: int) -> None:
         """``s_waitcnt``: retire all but the newest ``vmcnt`` / ``lgkmcnt`` operations."""
         c = w.hazards
-        for name, allowed in (("vm", vmcnt), ("lgkm", lgkmcnt)):
-            c.retired[name] = max(c.retired[name], c.issued[name] - allowed)
+        c.retired["vm"] = max(c.retired["vm"], c.issued["vm"] - vmcnt)
+        # Scalar loads return out of order with LDS ops: while one is outstanding, lgkmcnt(N > 0)
+        # says how many remain but not which, so it retires nothing; lgkmcnt(0) retires everything.
+        c.smem_seqs = [q for q in c.smem_seqs if q > c.retired["lgkm"]]
+        if lgkmcnt == 0 or not c.smem_seqs:
+            c.retired["lgkm"] = max(c.retired["lgkm"], c.issued["lgkm"] - lgkmcnt)
         ret = c.retired
         if c.pending_regs:
             c.pending_regs = {k: v for k, v in c.pending_regs.items() if v[1] > ret[v[0]]}
