@@ -194,3 +194,20 @@ def test_unemulated_instruction_names_kernel_and_address() -> None:
     broken = patch_word(ck.code_object, target.address, S_TRAP)
     with pytest.raises(EmulatorError, match=rf"{ck.kernel}: s_trap at 0x{target.address:x}"):
         _run_gemm(cfg, ck, 256, 256, 128, code_object=broken)
+
+
+@pytest.mark.parametrize("op", [0, 1, 2], ids=["gelu_tanh", "exp_log", "div_rsqrt_sqrt"])
+def test_pointwise_epilogue_math(op: int) -> None:
+    m, n = 10, 200
+    g = torch.Generator().manual_seed(op)
+    x, z, y = torch.randn(m, n, generator=g) * 3, torch.randn(m, n, generator=g), torch.zeros(m, n)
+    z[0, :4] = torch.tensor([0.0, -0.0, float("inf"), 1e-40])  # division by zero, inf, a denormal
+    co = compile_kernel("pointwise", "pointwise", x, z, y, op)
+    launch(co, None, pack_flydsl_kernarg(co, None, [x, z, y]), (-(-m // 4), -(-n // 128), 1), (128, 1, 1))
+    xd, zd = x.double(), z.double()  # float64 truth, except where float32 overflows (x / 1e-40)
+    ref = [
+        0.5 * xd * (1 + torch.tanh(0.7978845608028654 * (xd + 0.044715 * xd**3))),
+        torch.exp(xd) + torch.log(xd.abs() + 1),
+        (x / z).double() + torch.rsqrt(zd.abs()) + xd.abs().sqrt(),
+    ][op]
+    torch.testing.assert_close(y.double(), ref, rtol=2e-6, atol=1e-6, equal_nan=True)

@@ -363,3 +363,19 @@ def test_unknown_instruction_names_opcode_address_kernel() -> None:
     prog = Program("v_nop\nv_sin_f32_e32 v0, v1")
     with pytest.raises(EmulatorError, match=r"test: unknown instruction 'v_sin_f32_e32' at 0x1008"):
         prog.run()
+
+
+def test_cmp_class_and_division_special_values() -> None:
+    vals = np.resize(np.array([np.nan, -np.inf, -1.0, -1e-40, -0.0, 0.0, 1e-40, 2.0, np.inf], np.float32), 64)
+    den = np.resize(np.array([1.0, 2.0, 0.0, -0.0, 3.0, 0.0, 1e-40, np.inf, 7.0], np.float32), 64)
+    (w,) = Program(
+        """
+        v_cmp_class_f32_e64 s[4:5], v0, 0x3fc
+        v_div_scale_f32 v2, s[6:7], v1, v1, v0
+        v_div_fixup_f32 v3, v2, v1, v0
+        """
+    ).run(lambda w: (vset(w, 0, vals), vset(w, 1, den)))
+    finite_or_inf = [not np.isnan(v) for v in vals]  # 0x3fc: every class but the NaNs
+    assert w.sget(4, 2) == sum(1 << i for i, ok in enumerate(finite_or_inf) if ok)
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(vf32(w, 3), vals / den)

@@ -627,3 +627,97 @@ def _permlane_swap(inst: Inst, ctx: BindContext) -> Step:
         w.vwrite(w.v, s.index, new_s)
 
     return step
+
+
+def _fp_class(x: np.ndarray) -> np.ndarray:
+    """The class bit (0..9, as v_cmp_class numbers them) of each f32 value, as a one-hot mask."""
+    u = np.asarray(x, np.float32).view(U32)
+    neg = (u >> U32(31)) == 1
+    exp = (u >> U32(23)) & U32(0xFF)
+    man = u & U32(0x7FFFFF)
+    nan = (exp == 0xFF) & (man != 0)
+    cls = np.select(
+        [
+            nan & ((man >> U32(22)) == 0),
+            nan,
+            (exp == 0xFF) & neg,
+            (exp == 0xFF),
+            (exp == 0) & (man == 0) & neg,
+            (exp == 0) & (man == 0),
+            (exp == 0) & neg,
+            (exp == 0),
+            neg,
+        ],
+        [0, 1, 2, 9, 5, 6, 4, 7, 3],
+        default=8,
+    )
+    return (U32(1) << cls.astype(U32)).astype(U32)
+
+
+@op(*(f"v_{x}_class_f32{s}" for x in ("cmp", "cmpx") for s in ("", "_e32", "_e64")))
+def _cmp_class(inst: Inst, ctx: BindContext) -> Step:
+    """Lane bit = the class of S0 (signaling/quiet NaN, -inf, -normal, -denorm, -0, +0, +denorm,
+    +normal, +inf: bits 0-9) is one of those set in S1."""
+    ops = inst.operands
+    is_x = "cmpx" in inst.opcode
+    sdst, s0, s1 = (ops[0], ops[1], ops[2]) if len(ops) == 3 else (None, ops[0], ops[1])
+    a, b = vreader(s0, ctx, inst), vreader(s1, ctx, inst)
+    dst = swriter(sdst, "b64") if sdst is not None else None
+
+    def step(w: Wave) -> None:
+        hit = (_fp_class(as_f32(np.broadcast_to(a(w), (LANES,)))) & np.asarray(b(w), U32)) != 0
+        bits = mask_to_bits(hit & w.exec_mask)
+        if is_x:
+            w.set_exec(bits)
+        if dst is not None:
+            dst(w, bits)
+        elif not is_x:
+            w.set_vcc(bits)
+
+    return step
+
+
+# -- f32 division: v_div_scale -> Newton-Raphson -> v_div_fmas -> v_div_fixup --------------------
+# The extreme-range rescaling of v_div_scale (operands whose quotient or reciprocal would be
+# denormal or overflow) is not modelled: it never scales and never sets VCC; v_div_fixup returns the
+# IEEE quotient S2 / S1, which is what the whole sequence computes (correctly rounded, denormals
+# and special values included).
+
+
+@op("v_div_scale_f32")
+def _div_scale(inst: Inst, ctx: BindContext) -> Step:
+    dst = vwriter(inst.operands[0], ctx, inst)
+    vcc = swriter(inst.operands[1], "b64")
+    s0 = fsrc(inst.operands[2], ctx, inst)
+
+    def step(w: Wave) -> None:
+        dst(w, np.asarray(s0(w), np.float32).view(U32))
+        vcc(w, 0)
+
+    return step
+
+
+@op("v_div_fmas_f32")
+def _div_fmas(inst: Inst, ctx: BindContext) -> Step:
+    dst = vwriter(inst.operands[0], ctx, inst)
+    a, b, c = (fsrc(o, ctx, inst) for o in inst.operands[1:4])
+
+    def step(w: Wave) -> None:
+        with np.errstate(all="ignore"):
+            r = (np.asarray(a(w), np.float64) * b(w) + c(w)).astype(np.float32)
+        dst(w, r.view(U32))
+
+    return step
+
+
+@op("v_div_fixup_f32")
+def _div_fixup(inst: Inst, ctx: BindContext) -> Step:
+    dst = vwriter(inst.operands[0], ctx, inst)
+    den, num = fsrc(inst.operands[2], ctx, inst), fsrc(inst.operands[3], ctx, inst)
+
+    def step(w: Wave) -> None:
+        with np.errstate(all="ignore"):
+            r = np.asarray(num(w), np.float32) / np.asarray(den(w), np.float32)
+        dst(w, np.asarray(r, np.float32).view(U32))
+
+    return step
