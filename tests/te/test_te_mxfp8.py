@@ -100,11 +100,12 @@ def test_mxfp8_storages_through_plan_and_reference(layout: str) -> None:
     b = _storage(*b_shape, gen, rowwise=True, columnwise=True)
     a_row, a_col = _only(a, True), _only(a, False)
     b_row, b_col = _only(b, True), _only(b, False)
-    want = {
-        "TN": b_row @ a_row.T,  # blocks along K = the last dim of both
-        "NN": b_row @ a_col,  # A's K is its leading dim: columnwise blocks
-        "NT": b_col.T @ a_col,
-    }[layout]
+    if layout == "TN":
+        want = b_row @ a_row.T  # blocks along K = the last dim of both
+    elif layout == "NN":
+        want = b_row @ a_col  # A's K is its leading dim: columnwise blocks
+    else:
+        want = b_col.T @ a_col
     with plugin_installed() as plugin:
         out, *_ = general_gemm(a, b, out_dtype=torch.float32, layout=layout)
     plugin.assert_routed(on_backend=1)
