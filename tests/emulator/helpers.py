@@ -78,15 +78,19 @@ class Program:
     """Bare instructions (assembly text, one per line) executed on fresh waves without a code object.
 
     This is how single instructions are tested against their documented semantics: set registers,
-    run, read registers. ``setup(wave)`` runs before the code on every wave.
+    run, read registers. ``setup(wave)`` runs before the code on every wave. Instructions sit 8 bytes
+    apart from 0x1000; a branch operand counts instructions relative to the one after the branch.
     """
 
     def __init__(self, asm: str, lds_bytes: int = 0, hazards: str = "raise") -> None:
         lines = [ln.strip() for ln in asm.strip().splitlines() if ln.strip()]
         self.insts = [parse_line(ln, 0x1000 + 8 * i, (0,)) for i, ln in enumerate(lines)]
+        for i, inst in enumerate(self.insts):  # here a branch operand counts instructions after the branch
+            if inst.opcode.startswith(("s_branch", "s_cbranch")) and inst.operands:
+                inst.branch_target = 0x1000 + 8 * (i + 1 + int(inst.operands[0].value))
         self.lds = np.zeros(max(lds_bytes, 1), np.uint8)
         self.tracker = HazardTracker("test", hazards, lds_bytes)
-        ctx = BindContext(
+        self.ctx = ctx = BindContext(
             kernel="test",
             address_to_index={inst.address: i for i, inst in enumerate(self.insts)},
             memory=HostMemory(),

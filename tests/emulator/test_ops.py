@@ -379,3 +379,30 @@ def test_cmp_class_and_division_special_values() -> None:
     assert w.sget(4, 2) == sum(1 << i for i, ok in enumerate(finite_or_inf) if ok)
     with np.errstate(all="ignore"):
         np.testing.assert_array_equal(vf32(w, 3), vals / den)
+
+
+def test_global_load_lds() -> None:
+    src = torch.arange(64 * 3, dtype=torch.int32)
+    prog = Program(
+        "s_mov_b32 m0, 64\nglobal_load_lds_dwordx3 v[0:1], off\ns_waitcnt vmcnt(0)\nds_read_b96 v[4:6], v2\n"
+        "s_waitcnt lgkmcnt(0)",
+        lds_bytes=64 + 64 * 12,
+    )
+
+    def setup(w):  # type: ignore[no-untyped-def]
+        a = src.data_ptr() + 12 * LANE.astype(np.uint64)
+        vset(w, 0, (a & 0xFFFFFFFF).astype(np.uint32))
+        vset(w, 1, (a >> np.uint64(32)).astype(np.uint32))
+        vset(w, 2, 64 + 12 * LANE)
+
+    (w,) = prog.run(setup)
+    assert (w.v[4:7] == src.view(64, 3).numpy().T).all()
+
+
+def test_runaway_loop_is_stopped(monkeypatch: pytest.MonkeyPatch) -> None:
+    from te_flydsl_plugin.flydsl.emulator import ops_salu
+
+    monkeypatch.setattr(ops_salu, "MAX_BACK_BRANCHES", 1000)
+    prog = Program("s_add_u32 s0, s0, 1\ns_branch -2")  # back to the s_add, forever
+    with pytest.raises(EmulatorError, match=r"backward branch at 0x1008 more than 1000 times"):
+        prog.run()

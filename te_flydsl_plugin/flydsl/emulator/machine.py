@@ -18,7 +18,7 @@ from .decode import EXEC, VCC
 from .errors import EmulatorError
 
 if TYPE_CHECKING:
-    from .hazards import HazardTracker
+    from .hazards import WaveCounters
 
 LANES = 64
 _LANE_BITS = (np.uint64(1) << np.arange(LANES, dtype=np.uint64)).astype(np.uint64)
@@ -44,6 +44,7 @@ class HostMemory:
 
     def __init__(self) -> None:
         self._maps: list[tuple[int, int, bool]] = []
+        self._last: tuple[int, int, bool] | None = None
         self._load_maps()
 
     def _load_maps(self) -> None:
@@ -60,9 +61,13 @@ class HostMemory:
         self._maps = maps
 
     def _check(self, lo: int, hi: int, write: bool) -> None:
+        last = self._last
+        if last is not None and last[0] <= lo and hi <= last[1] and (last[2] or not write):
+            return  # the common case: the same tensor as the previous access
         for attempt in range(2):
-            for mlo, mhi, writable in self._maps:
-                if mlo <= lo and hi <= mhi and (writable or not write):
+            for m in self._maps:
+                if m[0] <= lo and hi <= m[1] and (m[2] or not write):
+                    self._last = m
                     return
             if attempt == 0:
                 self._load_maps()
@@ -117,7 +122,8 @@ class Wave:
         self.at_barrier = False
         self.exec_mask = np.zeros(LANES, bool)
         self.exec_full = False
-        self.hazards: HazardTracker | None = None
+        self.hazards: WaveCounters = None  # type: ignore[assignment]  # set by HazardTracker.reset_workgroup
+        self.back_branches = 0  # taken backward branches: a runaway loop is stopped (see ops_salu)
 
     # -- EXEC / VCC -------------------------------------------------------------------------
     def set_exec(self, bits: int) -> None:

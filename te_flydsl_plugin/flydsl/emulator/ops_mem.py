@@ -137,6 +137,29 @@ def _bind_global_store(inst: Inst, ctx: BindContext) -> Step:
     return step
 
 
+def _bind_global_load_lds(inst: Inst, ctx: BindContext) -> Step:
+    """gfx950 ``global_load_lds_*``: global memory straight into LDS at ``M0 + offset + lane * size``."""
+    nbytes = _WIDTH[inst.opcode.removeprefix("global_load_lds_")]
+    vaddr, saddr = inst.operands[:2]
+    addr = _global_addr(ctx, inst, vaddr, saddr)
+    inst_off = inst.mod_int("offset", 0)
+    mem, hz, lds = ctx.memory, ctx.hazards, ctx.lds
+
+    def step(w: Wave) -> None:
+        lanes = w.exec_mask
+        data = mem.gather(addr(w)[lanes], nbytes)
+        la = ((w.s[M0] & 0x3FFFF) + inst_off + _LANE_IDX[lanes] * nbytes)[:, None] + np.arange(nbytes)
+        inr = la < lds.size
+        lds[la[inr]] = data[inr]
+        seq = hz.issue(w, "vm", inst)
+        hz.lds_write(w, la[inr].astype(np.int64), inst, "vm", seq)
+
+    return step
+
+
+for _s in ("dword", "dwordx3", "dwordx4", "ubyte", "sbyte", "ushort", "sshort"):
+    op(f"global_load_lds_{_s}")(_bind_global_load_lds)
+
 for _s in _WIDTH:
     if _s in ("byte", "short"):
         op(f"global_store_{_s}")(_bind_global_store)

@@ -16,6 +16,9 @@ from .machine import Wave
 
 M32 = 0xFFFFFFFF
 M64 = 0xFFFFFFFFFFFFFFFF
+# Taken backward branches one wave may execute before the emulator calls the kernel a runaway
+# (a GEMM tile's K loop takes a few hundred; a kernel bug can loop forever).
+MAX_BACK_BRANCHES = 5_000_000
 
 
 def _s32(x: int) -> int:
@@ -346,11 +349,24 @@ def _branch(inst: Inst, ctx: BindContext) -> Step:
         "s_cbranch_vccnz": lambda w: (w.s[106] | w.s[107]) != 0,
     }[inst.opcode]
 
+    backward = tgt <= ctx.address_to_index[inst.address]
+
     def step(w: Wave) -> None:
         if cond(w):
             w.pc = tgt
+            if backward:
+                _count_back_branch(w, ctx.kernel, inst)
 
     return step
+
+
+def _count_back_branch(w: Wave, kernel: str, inst: Inst) -> None:
+    w.back_branches += 1
+    if w.back_branches > MAX_BACK_BRANCHES:
+        raise EmulatorError(
+            f"{kernel}: wave {w.wave_id} took the backward branch at 0x{inst.address:x} more than "
+            f"{MAX_BACK_BRANCHES} times: a loop that does not terminate?"
+        )
 
 
 @op("s_cbranch_execz", "s_cbranch_execnz")
@@ -358,9 +374,13 @@ def _branch_exec(inst: Inst, ctx: BindContext) -> Step:
     tgt = ctx.target(inst)
     want_zero = inst.opcode == "s_cbranch_execz"
 
+    backward = tgt <= ctx.address_to_index[inst.address]
+
     def step(w: Wave) -> None:
         if ((w.s[EXEC] | w.s[EXEC + 1]) == 0) == want_zero:
             w.pc = tgt
+            if backward:
+                _count_back_branch(w, ctx.kernel, inst)
 
     return step
 
