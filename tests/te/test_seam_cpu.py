@@ -270,3 +270,21 @@ def test_autoload_failure_warns_and_te_still_imports(fake_te: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert "te ok False" in r.stdout
     assert r.stderr.count("auto-registration failed (RuntimeError: boom)") == 1, r.stderr
+
+
+def test_entry_point_with_the_variable_unset_imports_nothing_heavy() -> None:
+    """torch imports the entry point on every `import torch`: unset, it must not pull in the plugin's core."""
+    code = """
+        import sys, time
+        t = time.perf_counter()
+        from te_flydsl_plugin.host import autoload
+        autoload.autoload()
+        ms = (time.perf_counter() - t) * 1e3
+        heavy = sorted(m for m in ("torch", "pluggy", "importlib_metadata", "te_flydsl_plugin.host.dispatch",
+                                   "te_flydsl_plugin.host.te") if m in sys.modules)
+        print("HEAVY", heavy, "MS", ms)
+    """
+    r = _run(code, Path("."), {"NVTE_GEMM_BACKEND": ""})
+    assert r.returncode == 0, r.stderr
+    assert "HEAVY [] " in r.stdout, r.stdout
+    assert float(r.stdout.split("MS")[1]) < 50, r.stdout
