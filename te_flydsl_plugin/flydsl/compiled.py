@@ -12,6 +12,7 @@ reference in the gfx950 emulator; only they may back a capability-matrix row.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -40,6 +41,8 @@ EXPECTED_MFMA = {
     Format.FP32: "v_mfma_f32_16x16x4_f32",
     Format.FP8_E4M3: "v_mfma_scale_f32_16x16x128_f8f6f4",
     Format.FP8_E5M2: "v_mfma_scale_f32_16x16x128_f8f6f4",
+    Format.MXFP8_E4M3: "v_mfma_scale_f32_16x16x128_f8f6f4",
+    Format.MXFP8_E5M2: "v_mfma_scale_f32_16x16x128_f8f6f4",
 }
 
 
@@ -223,7 +226,7 @@ def isa_report(cfg: KernelConfig, arch: str = "gfx950") -> dict[str, Any]:
 
 
 def _family() -> tuple[KernelConfig, ...]:
-    """Every config of the family that the matrix may use (256x256 tiles, the plain epilogue)."""
+    """Every config of the family: 256 x 256 tiles for every kind, 128 x 128 for 16-bit and FP8 TN."""
     F = Format
     out = [F.FP32, F.BF16, F.FP16]
     cfgs: list[KernelConfig] = []
@@ -235,10 +238,21 @@ def _family() -> tuple[KernelConfig, ...]:
     for a in (F.FP8_E4M3, F.FP8_E5M2):
         for b in (F.FP8_E4M3, F.FP8_E5M2):
             cfgs += [KernelConfig(a, b, True, True, o, tile_k=128) for o in out]
-    return tuple(cfgs)
+    # 128 x 128 tiles for TN (fprop) problems whose 256 x 256 grid would leave CUs idle (select.py).
+    small = [dataclasses.replace(c, tile_m=128, tile_n=128) for c in cfgs if c.lhs_k_major and c.rhs_k_major]
+    return tuple(cfgs + [c for c in small if c.lhs_format is not F.FP32])
 
 
-FAMILY: tuple[KernelConfig, ...] = _family()
+def _mx_family() -> tuple[KernelConfig, ...]:
+    """MXFP8 (kernels/mx.py): every E4M3/E5M2 pair, TN only (both operands K-major, TE's rowwise
+    storages), 256 x 256 x 128 tiles: one K-step per K tile, so each step's op_sel byte is static."""
+    F = Format
+    kinds = (F.MXFP8_E4M3, F.MXFP8_E5M2)
+    outs = (F.FP32, F.BF16, F.FP16)
+    return tuple(KernelConfig(a, b, True, True, o, tile_k=128) for a in kinds for b in kinds for o in outs)
+
+
+FAMILY: tuple[KernelConfig, ...] = _family() + _mx_family()
 # Every family config passed all three gates (tests/kernels: test_compile.py, test_emulator.py); a
 # config that fails any of them must leave this tuple, and the matrix loses its row with it.
 BACKED: tuple[KernelConfig, ...] = FAMILY

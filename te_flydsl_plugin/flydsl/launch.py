@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from .compiled import compile_config, launcher
-from .kernels import gemm
+from .kernels import gemm, mx
 from .kernels.config import KernelConfig
 from .plan_types import GemmPlan, KernelOperand, Piece
 
@@ -32,6 +32,14 @@ launch_counts: collections.Counter[str] = collections.Counter()
 def _window(op: KernelOperand, r0: int, r1: int, k0: int, k1: int) -> torch.Tensor:
     """Rows ``[r0, r1)`` and K ``[k0, k1)`` of an operand, as a view in its own majorness."""
     return op.data[r0:r1, k0:k1] if op.k_major else op.data[k0:k1, r0:r1]
+
+
+def _scales(op: KernelOperand, r0: int, r1: int, k0: int, k1: int) -> torch.Tensor | None:
+    """What the kernel's scale argument of one piece is: the per-tensor scale_inv (FP8), or the int32
+    words of the packed E8M0 scales covering the piece's rows and K (MXFP8; a slice, never a copy)."""
+    if op.mx_scales is None:
+        return op.scale_inv
+    return mx.piece_words(op.mx_scales, r0, r1, k0, k1)
 
 
 @dataclass(frozen=True)
@@ -56,8 +64,8 @@ def piece_launch(plan: GemmPlan, pc: Piece) -> Launch:
         out=plan.out[pc.m0 : pc.m1, pc.n0 : pc.n1],
         lhs=_window(plan.lhs, pc.m0, pc.m1, pc.k0, pc.k1),
         rhs=_window(plan.rhs, pc.n0, pc.n1, pc.k0, pc.k1),
-        lhs_scale=plan.lhs.scale_inv,
-        rhs_scale=plan.rhs.scale_inv,
+        lhs_scale=_scales(plan.lhs, pc.m0, pc.m1, pc.k0, pc.k1),
+        rhs_scale=_scales(plan.rhs, pc.n0, pc.n1, pc.k0, pc.k1),
         alpha=plan.alpha,
         beta=plan.beta if pc.k0 == 0 else 1.0,
     )
@@ -113,9 +121,9 @@ def kernarg_values(cfg: KernelConfig, ln: Launch) -> list[Any]:
     geom = gemm.launch_geometry(cfg, ln.out, ln.lhs, ln.rhs)  # the same validation as a GPU launch
     lhs = ln.lhs.view(gemm.torch_dtype(cfg.lhs_format))
     rhs = ln.rhs.view(gemm.torch_dtype(cfg.rhs_format))
-    if cfg.lhs_format.is_fp8:
+    if cfg.scaling != "none":
         if ln.lhs_scale is None or ln.rhs_scale is None:
-            raise ValueError("FP8 operands need their scale_inv tensors")
+            raise ValueError("FP8 operands need their scale_inv tensors, MXFP8 their packed scale words")
         sa, sb = ln.lhs_scale, ln.rhs_scale
     else:
         sa = sb = lhs

@@ -100,11 +100,16 @@ def test_unknown_mode_and_epilogue_are_refused() -> None:
 @pytest.mark.parametrize(
     ("fmt", "tile_k"), [(Format.BF16, 64), (Format.FP16, 64), (Format.FP32, 32), (Format.FP8_E5M2, 128)]
 )
-def test_select_picks_a_backed_config(fmt: Format, tile_k: int) -> None:
-    for m, n, k in ((1, 1, 16), (4096, 4096, 4096), (32768, 59136, 8192), (300, 136, 64)):
-        got = select.select(KernelConfig(fmt, fmt, True, True, Format.BF16), m, n, k)
+@pytest.mark.parametrize("k_major", [(True, True), (True, False)], ids=["tn", "nn"])
+def test_select_picks_a_backed_config(fmt: Format, tile_k: int, k_major: tuple[bool, bool]) -> None:
+    if fmt.is_fp8 and not k_major[1]:
+        pytest.skip("FP8 is read K-major in every layout")
+    for m, n, k in ((1, 1, 16), (4096, 4096, 4096), (32768, 59136, 8192), (300, 136, 64), (2048, 1024, 512)):
+        got = select.select(KernelConfig(fmt, fmt, *k_major, Format.BF16), m, n, k)
         assert got in compiled.BACKED
-        assert (got.tile_m, got.tile_n, got.tile_k, got.waves) == (256, 256, tile_k, 8)
+        small_grid = -(-m // 256) * -(-n // 256) < select.SMALL_GRID
+        small = small_grid and all(k_major) and fmt is not Format.FP32
+        assert (got.tile_m, got.tile_n, got.tile_k, got.waves) == ((128, 128) if small else (256, 256)) + (tile_k, 8)
 
 
 def test_select_ignores_k() -> None:

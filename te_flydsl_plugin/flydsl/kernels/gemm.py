@@ -31,6 +31,7 @@ import flydsl.expr as fx
 from flydsl.expr import const_expr, range_constexpr, rocdl
 
 from ...spec import Format
+from . import mx
 from .config import KernelConfig
 
 WAVE_SIZE = 64
@@ -47,6 +48,8 @@ _ELEM = {
     Format.FP32: ("Float32", 4),
     Format.FP8_E4M3: ("Float8E4M3FN", 128),
     Format.FP8_E5M2: ("Float8E5M2", 128),
+    Format.MXFP8_E4M3: ("Float8E4M3FN", 128),
+    Format.MXFP8_E5M2: ("Float8E5M2", 128),
 }
 _DEFAULT_STREAM = fx.Stream(None)  # the launch's stream when none is given (the executor always gives one)
 _OUT = {Format.FP32: "Float32", Format.BF16: "BFloat16", Format.FP16: "Float16"}
@@ -62,7 +65,8 @@ class GemmParams:
     out_elem: fx.Constexpr[str]
     lhs_k_major: fx.Constexpr[bool]
     rhs_k_major: fx.Constexpr[bool]
-    scaled: fx.Constexpr[bool]
+    scaled: fx.Constexpr[bool]  # the MFMA is the scaled f8f6f4 one (FP8 and MXFP8)
+    mx: fx.Constexpr[bool]  # its scales are E8M0 block scales from registers (kernels/mx.py)
     elem_bytes: fx.Constexpr[int]
     out_bytes: fx.Constexpr[int]
     tile_m: fx.Constexpr[int]
@@ -88,10 +92,13 @@ def params_for(cfg: KernelConfig) -> GemmParams:
     """Translate a config into kernel constants; raises ValueError for configs the family cannot build."""
     if cfg.lhs_format not in _ELEM or cfg.rhs_format not in _ELEM:
         raise ValueError(f"{cfg.name}: operand formats must be one of {[f.value for f in _ELEM]}")
-    if cfg.lhs_format.itemsize != cfg.rhs_format.itemsize or (cfg.lhs_format.is_fp8 != cfg.rhs_format.is_fp8):
+    kinds = [(f.itemsize, f.is_fp8, f.is_mx) for f in (cfg.lhs_format, cfg.rhs_format)]
+    if kinds[0] != kinds[1]:
         raise ValueError(f"{cfg.name}: lhs and rhs must share a format family (fp8 kinds may differ)")
-    if not cfg.lhs_format.is_fp8 and cfg.lhs_format != cfg.rhs_format:
+    if cfg.scaling == "none" and cfg.lhs_format != cfg.rhs_format:
         raise ValueError(f"{cfg.name}: mixed formats exist only between FP8 kinds")
+    if cfg.scaling == "mx" and cfg.tile_k != mx.TILE_K:
+        raise ValueError(f"{cfg.name}: MXFP8 needs tile_k == {mx.TILE_K} (one K-step per tile, op_sel static)")
     if cfg.out_format not in _OUT:
         raise ValueError(f"{cfg.name}: output must be fp32, bf16 or fp16")
     if cfg.epilogue != "plain":
@@ -108,7 +115,8 @@ def params_for(cfg: KernelConfig) -> GemmParams:
         out_elem=_OUT[cfg.out_format],
         lhs_k_major=cfg.lhs_k_major,
         rhs_k_major=cfg.rhs_k_major,
-        scaled=cfg.lhs_format.is_fp8,
+        scaled=cfg.scaling != "none",
+        mx=cfg.scaling == "mx",
         elem_bytes=itemsize,
         out_bytes=cfg.out_format.itemsize,
         tile_m=cfg.tile_m,
@@ -332,13 +340,16 @@ def gemm_kernel(
     frag_a_copy = thr_copy_a.retile(frag_a)
     frag_b_copy = thr_copy_b.retile(frag_b)
 
-    def multiply(stage):
+    def multiply(stage, words=None, step=0):
+        """One K tile from LDS stage ``stage``; MXFP8 passes this tile's scale ``words`` and K-step."""
         src_a = thr_copy_a.partition_S(fx.make_view(lds_a + stage * (tile_m * tile_k), a_layout))
         src_b = thr_copy_b.partition_S(fx.make_view(lds_b + stage * (tile_n * tile_k), b_layout))
         for kc in range_constexpr(k_chunks):
             fx.copy(s2r_b, src_b[None, None, kc], frag_b_copy[None, None, kc])
             fx.copy(s2r_a, src_a[None, None, kc], frag_a_copy[None, None, kc])
-            if const_expr(p.scaled):
+            if const_expr(p.mx):
+                mx.scaled_gemm(tiled_mma, mx_atoms, step, acc, frag_a[None, None, kc], frag_b[None, None, kc], *words)
+            elif const_expr(p.scaled):
                 fx.gemm(
                     tiled_mma,
                     acc,
@@ -353,21 +364,52 @@ def gemm_kernel(
 
     # Ping-pong: the barrier after the wait both publishes tile t and proves every wave has finished
     # reading the stage that the next fill overwrites (it was read in iteration t - 1).
-    fill_stage(0, 0)
-    for t in range(0, k_tiles - 1, 1):
+    if const_expr(p.mx):
+        # Groups of four K tiles share one scale word per repetition (kernels/mx.py): the K-step
+        # within the group is static, so is its op_sel byte. A group's words are loaded with the
+        # wait for its first tile's DMA (a group ahead would need 12 more VGPRs than the 256 a wave
+        # has at 2 waves per SIMD); the last group is peeled so no DMA is issued past it.
+        mx_atoms = mx.mfma_atoms(elem_a, elem_b)
+        m_reps = tile_m // (p.m_waves * 16)
+        n_reps = tile_n // (p.n_waves * 16)
+        rows_a = thr_mma.partition_A(fx.make_view(0, fx.make_layout((tile_m, tile_k), (1, 0))))
+        rows_b = thr_mma.partition_B(fx.make_view(0, fx.make_layout((tile_n, tile_k), (1, 0))))
+        sw_a = mx.ScaleWords(lhs_scale, row0, mx.rep_row_tiles(rows_a, m_reps))
+        sw_b = mx.ScaleWords(rhs_scale, col0, mx.rep_row_tiles(rows_b, n_reps))
+        steps = mx.STEPS_PER_WORD
+        groups = (k_tiles + steps - 1) // steps
+        fill_stage(0, 0)
+        for g in range(0, groups - 1, 1):
+            words = (mx.load_words(sw_a, g), mx.load_words(sw_b, g))
+            for j in range_constexpr(steps):
+                rocdl.s_waitcnt(vmcnt=0)
+                rocdl.s_barrier()
+                fill_stage((j + 1) % 2, g * steps + j + 1)
+                multiply(j % 2, words, j)
+        last_group = (groups < 1).select(0, groups - 1)  # K = 0 multiplies zero-filled stages
+        words = (mx.load_words(sw_a, last_group), mx.load_words(sw_b, last_group))
+        for j in range_constexpr(steps):
+            rocdl.s_waitcnt(vmcnt=0)
+            rocdl.s_barrier()
+            if const_expr(j < steps - 1):
+                fill_stage((j + 1) % 2, last_group * steps + j + 1)
+            multiply(j % 2, words, j)
+    else:
+        fill_stage(0, 0)
+        for t in range(0, k_tiles - 1, 1):
+            rocdl.s_waitcnt(vmcnt=0)
+            rocdl.s_barrier()
+            fill_stage((t + 1) % 2, t + 1)
+            multiply(t % 2)
         rocdl.s_waitcnt(vmcnt=0)
         rocdl.s_barrier()
-        fill_stage((t + 1) % 2, t + 1)
-        multiply(t % 2)
-    rocdl.s_waitcnt(vmcnt=0)
-    rocdl.s_barrier()
-    # The last tile sits in stage (k_tiles - 1) % 2; K = 0 has none, and multiplies the zeros that the
-    # all-out-of-bounds fill of tile 0 left in stage 0, giving beta * out.
-    last = (k_tiles < 1).select(1, k_tiles)
-    multiply((last + 1) % 2)
+        # The last tile sits in stage (k_tiles - 1) % 2; K = 0 has none, and multiplies the zeros that the
+        # all-out-of-bounds fill of tile 0 left in stage 0, giving beta * out.
+        last = (k_tiles < 1).select(1, k_tiles)
+        multiply((last + 1) % 2)
 
     scale = alpha
-    if const_expr(p.scaled):
+    if const_expr(p.scaled and not p.mx):
         sa = fx.rocdl.make_buffer_tensor(lhs_scale, max_size=False)
         sb = fx.rocdl.make_buffer_tensor(rhs_scale, max_size=False)
         scale = alpha * sa[0] * sb[0]
@@ -441,6 +483,8 @@ _TORCH_DTYPES = {
     Format.FP32: "float32",
     Format.FP8_E4M3: "float8_e4m3fn",
     Format.FP8_E5M2: "float8_e5m2",
+    Format.MXFP8_E4M3: "float8_e4m3fn",
+    Format.MXFP8_E5M2: "float8_e5m2",
 }
 _INT32_MAX = 2**31 - 1
 
@@ -525,9 +569,9 @@ def jit_args(
     def dyn(t: "torch.Tensor") -> object:  # noqa: F821
         return flyc.from_dlpack(t).mark_layout_dynamic(leading_dim=t.dim() - 1)
 
-    if cfg.lhs_format.is_fp8:
+    if cfg.scaling != "none":
         if lhs_scale is None or rhs_scale is None:
-            raise ValueError("FP8 operands need their scale_inv tensors")
+            raise ValueError("FP8 operands need their scale_inv tensors, MXFP8 their packed scale words")
         sa, sb = dyn(lhs_scale), dyn(rhs_scale)
     else:
         sa = sb = dyn(lhs)  # unread placeholders: the kernel reads scales only for FP8
@@ -543,6 +587,8 @@ def placeholder_args(cfg: KernelConfig) -> tuple:
     rhs = torch.empty(size, size, dtype=torch_dtype(cfg.rhs_format))
     out = torch.empty(size, size, dtype=torch_dtype(cfg.out_format))
     scale = torch.ones(1, dtype=torch.float32)
+    if cfg.scaling == "mx":
+        scale = torch.zeros(size // 16, 64, dtype=torch.int32)  # a piece's packed words (mx.piece_words)
     return jit_args(cfg, out, lhs, rhs, scale, scale, 1.0, 0.0)
 
 

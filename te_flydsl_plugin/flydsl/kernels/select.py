@@ -6,10 +6,12 @@ default tiles) and its M, N, K. The answer is always a config of the family:
 1. ``tile_k`` follows the element size so one LDS row of a K tile is 128 bytes (eight 16-byte DMA
    chunks, the swizzle's period): 64 for bf16/fp16, 32 for fp32, 128 for FP8.
 2. The output tile is 256 x 256 (the reviewed design's choice: it keeps the MFMA pipe busy with
-   every LDS byte reused 256 times) unless a grid of 256 x 256 tiles would leave most of the 256 CUs
-   idle (fewer than ``SMALL_GRID`` tiles) and a 128 x 128 config of the same kind is backed: then
-   the smaller tile trades reuse for parallelism. K does not influence the tile (the K loop is a
-   runtime loop; split-K is not in the family).
+   every LDS byte reused 256 times) unless a grid of 256 x 256 tiles would leave at least half of
+   the 256 CUs idle (fewer than ``SMALL_GRID`` = 128 tiles) and a 128 x 128 config of the same kind
+   is backed: then the smaller tile (4x the workgroups, half the reuse, 64 KiB of LDS so two fit a
+   CU) trades reuse for parallelism. The threshold is an estimate from that arithmetic, to be tuned
+   with ``bench`` on gfx950. K does not influence the tile (the K loop is a runtime loop; split-K is
+   not in the family).
 
 Only configs in ``compiled.BACKED`` are chosen beyond the default, so the heuristic never picks a
 kernel that was not compiled, ISA-checked and run in the emulator.
@@ -23,8 +25,16 @@ from ...spec import Format
 from .config import KernelConfig
 
 CUS = 256  # MI355X
-SMALL_GRID = CUS // 4
-TILE_K = {Format.BF16: 64, Format.FP16: 64, Format.FP32: 32, Format.FP8_E4M3: 128, Format.FP8_E5M2: 128}
+SMALL_GRID = CUS // 2
+TILE_K = {
+    Format.BF16: 64,
+    Format.FP16: 64,
+    Format.FP32: 32,
+    Format.FP8_E4M3: 128,
+    Format.FP8_E5M2: 128,
+    Format.MXFP8_E4M3: 128,  # MX: one 128-wide K-step per tile, so its op_sel byte is static (kernels/mx.py)
+    Format.MXFP8_E5M2: 128,
+}
 
 
 def _tiles(m: int, n: int, tile: int) -> int:

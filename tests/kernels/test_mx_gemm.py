@@ -1,0 +1,216 @@
+"""MXFP8 as a scaling mode of the GEMM family: E8M0 block scales fed from the packed layout.
+
+Every backed MX config compiles for gfx950 within budget (``test_compile.py`` covers the family, this
+file adds the MX-specific ISA facts), runs in the gfx950 emulator on shapes with M / N edge tiles, a K
+tail inside a 512 group and TE-padded scales (poisoned, so a padding byte that leaked would blow the
+result up), and matches the reference executor on the same plan. Host-split pieces take slices of the
+packed scales; one end-to-end call goes through ``wrap_generic_gemm`` with the emulator executor and
+the scale-pack kernel. The gfx950 hardware test is skipped elsewhere with the reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import types
+
+import pytest
+import torch
+
+import te_flydsl_plugin as tp
+from te_flydsl_plugin.flydsl import compiled, launch, toolchain
+from te_flydsl_plugin.flydsl.executors import run_reference
+from te_flydsl_plugin.flydsl.kernels import mx
+from te_flydsl_plugin.flydsl.kernels.config import KernelConfig
+from te_flydsl_plugin.flydsl.mx_layout import pack_scales
+from te_flydsl_plugin.flydsl.plan_types import GemmPlan, KernelOperand, Piece
+from te_flydsl_plugin.spec import Format, Layout
+
+from ..gemm_cases import make_mxfp8, make_operand, shapes
+from .helpers import emulator_reason, needs_toolchain, tolerance
+
+F = Format
+MX_BACKED = [c for c in compiled.BACKED if c.scaling == "mx"]
+_TORCH_OUT = {F.FP32: torch.float32, F.BF16: torch.bfloat16, F.FP16: torch.float16}
+
+
+def _operand(fmt: Format, rows: int, k: int, gen: torch.Generator) -> KernelOperand:
+    """A TN operand as the plan builds it: TE's rowwise data ``[rows, K]`` and its packed scales."""
+    x = torch.randn(rows, k, generator=gen) * torch.exp2(torch.randint(-6, 6, (rows, 1), generator=gen).float())
+    op, _ = make_mxfp8(x, fmt, rowwise=True, columnwise=False)
+    packed = pack_scales(op.rowwise_scale_inv, rows, k, 1)  # TE's padding holds poison bytes
+    return KernelOperand(op.rowwise_data.view(rows, k), fmt, True, "rowwise", mx_scales=packed)
+
+
+def _plan(cfg: KernelConfig, m: int, n: int, k: int, alpha: float, beta: float, pieces=None) -> GemmPlan:
+    gen = torch.Generator().manual_seed(m * 31 + n + k)
+    lhs = _operand(cfg.lhs_format, m, k, gen)
+    rhs = _operand(cfg.rhs_format, n, k, gen)
+    out = torch.randn(m, n, generator=gen).to(_TORCH_OUT[cfg.out_format])
+    return GemmPlan(
+        problem=types.SimpleNamespace(epilogue="plain"),  # type: ignore[arg-type] - only the epilogue is read
+        config=cfg,
+        lhs=lhs,
+        rhs=rhs,
+        out=out,
+        alpha=alpha,
+        beta=beta,
+        pieces=pieces or (Piece(0, m, 0, n, 0, k),),
+    )
+
+
+def _run_and_compare(plan: GemmPlan) -> None:
+    want = dataclasses.replace(plan, out=plan.out.clone())
+    run_reference(want)
+    ran = launch.launch_counts["emulator"]
+    launch.execute(plan, "emulator")
+    assert launch.launch_counts["emulator"] == ran + len(plan.pieces)
+    atol, rtol = tolerance(plan.config, plan.lhs.k)
+    scale = float(want.out.abs().max())  # operands span 2^-6 .. 2^6 per row: compare relative to the output
+    torch.testing.assert_close(plan.out.double() / scale, want.out.double() / scale, atol=atol, rtol=rtol)
+
+
+@needs_toolchain
+@pytest.mark.compile
+def test_mx_configs_are_the_tn_family() -> None:
+    """What is backed: every E4M3/E5M2 pair (mixed too) x fp32/bf16/fp16 out, TN (both K-major)."""
+    kinds = {(c.lhs_format, c.rhs_format, c.out_format) for c in MX_BACKED}
+    mx_fmts = (F.MXFP8_E4M3, F.MXFP8_E5M2)
+    assert kinds == {(a, b, o) for a in mx_fmts for b in mx_fmts for o in _TORCH_OUT}
+    assert all(c.lhs_k_major and c.rhs_k_major and c.tile_k == mx.TILE_K for c in MX_BACKED)
+
+
+@needs_toolchain
+@pytest.mark.compile
+def test_mx_isa_feeds_scales_from_registers() -> None:
+    """Real scales: every op_sel byte occurs, the scale operands are VGPRs, and the words arrive by
+    dword buffer loads (one per repetition and 512 K), not through LDS."""
+    cfg = KernelConfig(F.MXFP8_E4M3, F.MXFP8_E5M2, True, True, F.BF16, tile_k=mx.TILE_K)
+    rep = compiled.isa_report(cfg)
+    assert rep["ok"] and rep["scratch_bytes"] == 0 and rep["spills"] == 0, rep
+    text = toolchain.disassemble(compiled.compile_config(cfg).code_object, "gfx950")
+    mfmas = re.findall(r"^\s+v_mfma_scale_f32_16x16x128_f8f6f4 .*$", text, re.M)
+    assert len(mfmas) == rep["mfma_count"] > 0
+
+    def byte(s: str, operand: int) -> int:  # op_sel + 2 * op_sel_hi (docs/mxfp8-layout.md)
+        lo = re.search(r"op_sel:\[(\d),(\d)", s)
+        hi = re.search(r"op_sel_hi:\[(\d),(\d)", s)
+        return (int(lo.group(1 + operand)) if lo else 0) + 2 * (int(hi.group(1 + operand)) if hi else 0)
+
+    assert {(byte(s, 0), byte(s, 1)) for s in mfmas} == {(b, b) for b in range(4)}
+    scale_regs = r"v\[\d+:\d+\], v\[\d+:\d+\], v\[\d+:\d+\], v\[\d+:\d+\], v\d+, v\d+ "
+    assert all(re.search(scale_regs, s) for s in mfmas), "scale operands must be VGPRs (per-lane words)"
+    assert all("blgp:1" in s and "cbsz" not in s for s in mfmas)  # E4M3 x E5M2 without conversion
+    # 12 word loads per 512 K (8 lhs + 4 rhs repetitions) in each of the loop body and the last group.
+    assert len(re.findall(r"^\s+buffer_load_dword v", text, re.M)) == 24
+
+
+@pytest.fixture
+def _emulator() -> None:
+    reason = emulator_reason()
+    if reason:
+        pytest.skip(reason)
+
+
+@needs_toolchain
+@pytest.mark.emulator
+@pytest.mark.usefixtures("_emulator")
+@pytest.mark.parametrize("cfg", MX_BACKED, ids=lambda c: c.name)
+def test_mx_backed_matches_reference(cfg: KernelConfig) -> None:
+    """Edge tiles in M and N, K with a tail in its 512 group (K / 32 not a multiple of 4), padded scales."""
+    _run_and_compare(_plan(cfg, 37, 21, 160, 0.5, 0.75))
+
+
+@needs_toolchain
+@pytest.mark.emulator
+@pytest.mark.usefixtures("_emulator")
+@pytest.mark.parametrize(("m", "n", "k"), [(301, 139, 1056), (16, 272, 32)])
+def test_mx_several_tiles_and_groups(m: int, n: int, k: int) -> None:
+    """Several workgroups, three K groups (the last one partial), and a K of one 32-block."""
+    cfg = KernelConfig(F.MXFP8_E5M2, F.MXFP8_E4M3, True, True, F.FP32, tile_k=mx.TILE_K)
+    assert cfg in compiled.BACKED
+    _run_and_compare(_plan(cfg, m, n, k, 1.0, 0.0))
+
+
+@needs_toolchain
+@pytest.mark.emulator
+@pytest.mark.usefixtures("_emulator")
+def test_mx_host_split_pieces_slice_the_packed_scales() -> None:
+    """Pieces along M (whole 16-row tiles) and K (whole 512 groups) read slices of the packed words;
+    the second K piece accumulates onto the first."""
+    cfg = KernelConfig(F.MXFP8_E4M3, F.MXFP8_E4M3, True, True, F.BF16, tile_k=mx.TILE_K)
+    m, n, k = 272, 40, 1056
+    pieces = tuple(Piece(m0, m1, 0, n, k0, k1) for m0, m1 in ((0, 256), (256, m)) for k0, k1 in ((0, 512), (512, k)))
+    _run_and_compare(_plan(cfg, m, n, k, 1.0, 0.5, pieces))
+
+
+def test_piece_words_is_a_slice() -> None:
+    packed = torch.arange(3 * 2 * 64, dtype=torch.int32).view(torch.uint8).view(3, 2, 4, 16, 4)
+    words = mx.piece_words(packed, 16, 48, 512, 1000)
+    assert words.shape == (2, 64) and words.stride() == (128, 1)
+    assert words.data_ptr() == packed.data_ptr() + (1 * 2 + 1) * 256
+    with pytest.raises(ValueError, match="16-row tile"):
+        mx.piece_words(packed, 8, 48, 0, 512)
+
+
+@needs_toolchain
+@pytest.mark.emulator
+@pytest.mark.usefixtures("_emulator")
+def test_mx_end_to_end_through_the_emulator_executor(native) -> None:
+    """wrap_generic_gemm -> plan (one scale-pack launch per operand) -> the MX GEMM in the emulator."""
+    from te_flydsl_plugin.flydsl.kernels import scale_pack
+    from te_flydsl_plugin.host import dispatch
+
+    m, n, k = 40, 24, 544
+    gen = torch.Generator().manual_seed(3)
+    a_shape, b_shape = shapes(Layout.TN, m, n, k)
+    a = make_operand(a_shape, F.MXFP8_E4M3, gen, quant_rowwise=True)
+    b = make_operand(b_shape, F.MXFP8_E5M2, gen, quant_rowwise=True)
+    runs, packs = launch.launch_counts["emulator"], scale_pack.launch_counts["emulator"]
+    try:
+        dispatch.configure(backend="flydsl", executor="emulator", env={})
+        gemm = tp.wrap_generic_gemm(native)
+        res = gemm(a.passed, True, b.passed, False, None, None, torch.float32, None, None, False, None,
+                   False, None, 0, False, False)  # fmt: skip
+        stats = tp.stats()
+    finally:
+        dispatch.configure(backend="default", env={})
+        from te_flydsl_plugin.flydsl.plugin import backend
+
+        backend().select_executor("auto")
+    assert stats["by_backend"] == {"flydsl": 1}, stats
+    assert launch.launch_counts["emulator"] == runs + 1, "the compiled MX GEMM did not run in the emulator"
+    assert scale_pack.launch_counts["emulator"] == packs + 2, "expected one scale-pack launch per operand"
+    assert not native.calls
+    want = b.value.reshape(m, k) @ a.value.reshape(n, k).t()
+    err = (res[0].double() - want).norm() / want.norm()
+    assert err < 1e-5, f"emulated MX GEMM vs dequantise-then-matmul: relative error {err:.3g}"
+
+
+def _gfx950_reason() -> str | None:
+    if not torch.cuda.is_available() or getattr(torch.version, "hip", None) is None:
+        return "needs a ROCm GPU (torch.cuda with HIP): none here"
+    arch = torch.cuda.get_device_properties(0).gcnArchName
+    return None if arch.startswith("gfx950") else f"needs gfx950 (MI355X), found {arch}"
+
+
+@pytest.mark.gfx950
+@pytest.mark.skipif(_gfx950_reason() is not None, reason=_gfx950_reason() or "")
+@pytest.mark.parametrize("cfg", MX_BACKED, ids=lambda c: c.name)
+def test_mx_on_gfx950(cfg: KernelConfig) -> None:
+    """The compiled MX kernel ran on the GPU (launch counter) and matches the reference executor."""
+    plan = _plan(cfg, 1000, 1500, 4128, 1.0, 0.0)
+    dev = dataclasses.replace(
+        plan,
+        lhs=dataclasses.replace(plan.lhs, data=plan.lhs.data.cuda(), mx_scales=plan.lhs.mx_scales.cuda()),
+        rhs=dataclasses.replace(plan.rhs, data=plan.rhs.data.cuda(), mx_scales=plan.rhs.mx_scales.cuda()),
+        out=plan.out.cuda(),
+    )
+    ran = launch.launch_counts["flydsl"]
+    launch.execute(dev, "flydsl")
+    torch.cuda.synchronize()
+    assert launch.launch_counts["flydsl"] == ran + 1, "the compiled kernel did not run"
+    run_reference(plan)
+    atol, rtol = tolerance(cfg, plan.lhs.k)
+    scale = float(plan.out.abs().max())
+    torch.testing.assert_close(dev.out.cpu().double() / scale, plan.out.double() / scale, atol=atol, rtol=rtol)
