@@ -406,3 +406,24 @@ def test_runaway_loop_is_stopped(monkeypatch: pytest.MonkeyPatch) -> None:
     prog = Program("s_add_u32 s0, s0, 1\ns_branch -2")  # back to the s_add, forever
     with pytest.raises(EmulatorError, match=r"backward branch at 0x1008 more than 1000 times"):
         prog.run()
+
+
+def test_buffer_dwordx4_is_range_checked_per_dword() -> None:
+    """num_records = 22 bytes: of a dwordx4 at offset 8, the dwords at 8, 12 and 16 are in range,
+    the one at 20 straddles the end and reads 0; the store of the same shape writes only three."""
+    src = torch.arange(16, dtype=torch.int32)
+    dst = torch.full((16,), -1, dtype=torch.int32)
+    prog = Program(
+        "buffer_load_dwordx4 v[1:4], v0, s[8:11], 0 offen\ns_waitcnt vmcnt(0)\n"
+        "buffer_store_dwordx4 v[1:4], v0, s[12:15], 0 offen\ns_waitcnt vmcnt(0)"
+    )
+
+    def setup(w):  # type: ignore[no-untyped-def]
+        w.set_exec(1)  # one lane
+        vset(w, 0, 8)
+        _rsrc(w, src.data_ptr(), 22)
+        _rsrc(w, dst.data_ptr(), 22, at=12)
+
+    (w,) = prog.run(setup)
+    assert list(w.v[1:5, 0]) == [2, 3, 4, 0]
+    assert dst.tolist() == [-1, -1, 2, 3, 4] + [-1] * 11

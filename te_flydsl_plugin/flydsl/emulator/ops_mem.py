@@ -4,10 +4,12 @@ Loads deliver their data at issue and register their destinations with the hazar
 knows when a real wave would have it (``vmcnt`` for global/buffer, ``lgkmcnt`` for LDS).
 
 Buffer resources (V#, 4 SGPRs): base = bits 0-47, stride = bits 48-61, num_records = dword 2. Range
-checking, as the emulator applies it: with stride 0 (raw buffers, what FlyDSL builds) an element is
-in range when its last byte lies below ``num_records`` counting ``vaddr + inst_offset`` (the scalar
-offset is not range-checked, as on gfx9); with a stride, when ``index < num_records``. Out-of-range
-loads return 0, out-of-range stores are dropped.
+checking, as the emulator applies it: with stride 0 (raw buffers, what FlyDSL builds) each dword of
+a dword/dwordx2/x3/x4 access is checked on its own (as the ISA reference says), a byte/short access
+as a whole, and a unit is in range when it ends at or below ``num_records`` counting ``vaddr +
+inst_offset`` (a dword straddling the end is out, as LLVM documents; the scalar offset is not
+range-checked, as on gfx9); with a stride, when ``index < num_records``. Out-of-range loads return
+0, out-of-range stores are dropped.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import numpy as np
 from .bind import BindContext, Step, op, sreader
 from .decode import M0, Inst, Operand
 from .errors import EmulatorError
-from .machine import LANES, Wave
+from .machine import LANES, HostMemory, Wave
 
 _WIDTH = {
     "dword": 4,
@@ -186,6 +188,7 @@ class _BufferAddr:
         self.vread = _vreg_read(ctx, inst, vaddr, nv) if nv else None
 
     def __call__(self, w: Wave, nbytes: int) -> tuple[np.ndarray, np.ndarray]:
+        """(byte address per lane, in-range mask per lane and byte)."""
         s = w.s
         r = self.rsrc
         base = s[r] | ((s[r + 1] & 0xFFFF) << 32)
@@ -202,9 +205,23 @@ class _BufferAddr:
         if (s[r + 3] >> 23) & 1:  # ADD_TID_ENABLE
             idx = idx + _LANE_IDX.astype(np.uint64)
         off = voff + np.uint64(self.inst_off)
-        ok = off + np.uint64(nbytes) <= np.uint64(num) if stride == 0 else idx < np.uint64(num)
+        if stride == 0:  # dword accesses are checked per dword, narrower ones as a whole
+            unit = 4 if nbytes >= 4 else nbytes
+            ends = off[:, None] + (np.arange(nbytes) // unit * unit + unit).astype(np.uint64)
+            ok = ends <= np.uint64(num)
+        else:
+            ok = np.broadcast_to((idx < np.uint64(num))[:, None], (LANES, nbytes))
         addr = np.uint64(base + self.soff(w)) + off + idx * np.uint64(stride)
         return addr, ok
+
+
+def _buffer_gather(mem: HostMemory, addr: np.ndarray, ok: np.ndarray, lanes: np.ndarray, nbytes: int) -> np.ndarray:
+    """uint8[64, nbytes] loaded for the enabled lanes; out-of-range bytes (and other lanes) are 0."""
+    raw = np.zeros((LANES, nbytes), np.uint8)
+    any_ok = lanes & ok.any(axis=1)
+    raw[any_ok] = mem.gather(addr[any_ok], nbytes)
+    raw[~ok] = 0
+    return raw
 
 
 def _buffer_parts(inst: Inst) -> tuple[str, int]:
@@ -227,9 +244,7 @@ def _bind_buffer_load(inst: Inst, ctx: BindContext) -> Step:
         def to_lds(w: Wave) -> None:
             addr, ok = baddr(w, nbytes)
             lanes = w.exec_mask
-            data = np.zeros((LANES, nbytes), np.uint8)
-            good = lanes & ok
-            data[good] = mem.gather(addr[good], nbytes)
+            data = _buffer_gather(mem, addr, ok, lanes, nbytes)
             lbase = (w.s[M0] & 0x3FFFF) + inst_off
             la = (lbase + _LANE_IDX[lanes] * nbytes)[:, None] + np.arange(nbytes)
             inr = la < lds_size
@@ -247,10 +262,7 @@ def _bind_buffer_load(inst: Inst, ctx: BindContext) -> Step:
     def step(w: Wave) -> None:
         addr, ok = baddr(w, nbytes)
         lanes = w.exec_mask
-        good = lanes & ok
-        raw = np.zeros((LANES, nbytes), np.uint8)
-        raw[good] = mem.gather(addr[good], nbytes)
-        write(w, _bytes_to_regs(raw, suffix), lanes)
+        write(w, _bytes_to_regs(_buffer_gather(mem, addr, ok, lanes, nbytes), suffix), lanes)
         hz.issue(w, "vm", inst, vregs=(d.kind, d.index, nregs))
 
     return step
@@ -265,8 +277,14 @@ def _bind_buffer_store(inst: Inst, ctx: BindContext) -> Step:
 
     def step(w: Wave) -> None:
         addr, ok = baddr(w, nbytes)
-        good = w.exec_mask & ok
-        mem.scatter(addr[good], _regs_to_bytes(rd(w), nbytes)[good])
+        lanes = w.exec_mask
+        data = _regs_to_bytes(rd(w), nbytes)
+        whole = lanes & ok.all(axis=1)
+        mem.scatter(addr[whole], data[whole])
+        part = lanes & ok.any(axis=1) & ~whole  # a dwordx4 running past the end: its in-range dwords
+        if part.any():
+            flat = (addr[part][:, None] + np.arange(nbytes, dtype=np.uint64))[ok[part]]
+            mem.scatter(flat, data[part][ok[part]][:, None])
         hz.issue(w, "vm", inst)
 
     return step
@@ -296,7 +314,8 @@ def _buffer_atomic(inst: Inst, ctx: BindContext) -> Step:
     kind = inst.opcode.removeprefix("buffer_atomic_")
 
     def step(w: Wave) -> None:
-        addr, ok = baddr(w, 4)
+        addr, okb = baddr(w, 4)
+        ok = okb.all(axis=1)
         vals = rd(w)[0]
         for lane in np.flatnonzero(w.exec_mask & ok):
             view = mem.view(int(addr[lane]), 4, write=True).view("<u4")
