@@ -129,16 +129,12 @@ def make_fp8_view(fp8_formats: dict[int, Format]) -> Callable[[Any], operands.Vi
     def fp8_view(t: Any) -> operands.View:
         fmt = fp8_formats.get(int(t._fp8_dtype))
         if fmt is None:
-            return operands.Unsupported(
-                Format.OTHER, _shape_of(t), f"{_class_name(t)} with fp8 dtype {t._fp8_dtype!r}"
-            )
+            return operands.Unsupported(Format.OTHER, _shape_of(t), f"{_class_name(t)} with fp8 dtype {t._fp8_dtype!r}")
         data = t._data
         transpose = t._transpose
         transpose_valid = transpose is not None and not t._transpose_invalid
         if data is None and not transpose_valid:
-            return operands.Unsupported(
-                fmt, (), f"{_class_name(t)} holds neither _data nor a valid _transpose"
-            )
+            return operands.Unsupported(fmt, (), f"{_class_name(t)} holds neither _data nor a valid _transpose")
         if t._scale_inv is None:
             return operands.Unsupported(fmt, _shape_of(t), f"{_class_name(t)} has no _scale_inv")
         return Fp8Operand(
@@ -163,9 +159,7 @@ def make_mxfp8_view(fp8_formats: dict[int, Format]) -> Callable[[Any], operands.
     def mxfp8_view(t: Any) -> operands.View:
         fp8 = fp8_formats.get(int(t._fp8_dtype))
         if fp8 is None:
-            return operands.Unsupported(
-                Format.OTHER, _shape_of(t), f"{_class_name(t)} with fp8 dtype {t._fp8_dtype!r}"
-            )
+            return operands.Unsupported(Format.OTHER, _shape_of(t), f"{_class_name(t)} with fp8 dtype {t._fp8_dtype!r}")
         fmt = _FP8_TO_MX[fp8]
         if getattr(t, "_with_gemm_swizzled_scales", False):
             return operands.Unsupported(
@@ -272,15 +266,14 @@ def install() -> bool:
     """Route ``transformer_engine_torch.generic_gemm`` through the plugin; True if this call did it.
 
     Idempotent (a second call is a no-op returning False), thread-safe, and reversible with
-    :func:`uninstall`. Imports TE (``transformer_engine_torch`` and, when present, the PyTorch
-    package's GEMM module, to neutralise a ROCm in-tree FlyDSL path). Raises ImportError when TE
-    is not installed.
+    :func:`uninstall`. Imports ``transformer_engine.pytorch`` if TE is not loaded yet. Raises
+    ImportError when TE is not installed.
     """
     global _state, _types_registered
     from .wrapper import wrap_generic_gemm
 
     with _lock:
-        tex = importlib.import_module(TEX_MODULE)
+        tex = _load_tex()
         current = tex.generic_gemm
         if _state is not None and current is _state.wrapper:
             return False
@@ -298,6 +291,16 @@ def install() -> bool:
         state.getters = _neutralise_in_tree_getter()
         _state = state
         return True
+
+
+def _load_tex() -> ModuleType:
+    """TE's extension module. TE loads it by file location (not through ``sys.path``), so when it is
+    not loaded yet, importing ``transformer_engine.pytorch`` is what loads it."""
+    tex = sys.modules.get(TEX_MODULE)
+    if tex is None:
+        importlib.import_module("transformer_engine.pytorch")
+        tex = sys.modules.get(TEX_MODULE) or importlib.import_module(TEX_MODULE)
+    return tex
 
 
 def uninstall() -> bool:

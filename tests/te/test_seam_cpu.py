@@ -40,6 +40,12 @@ def test_install_is_idempotent_reversible_and_looked_up_at_call_time(fake_te: Pa
     assert te.uninstall() is False
 
 
+def test_install_before_te_is_imported_loads_it(fake_te: Path) -> None:
+    assert "transformer_engine_torch" not in sys.modules
+    assert te.install() is True
+    assert "transformer_engine.pytorch" in sys.modules and te.is_installed()
+
+
 def test_install_from_many_threads_wraps_once(fake_te: Path) -> None:
     tex = _tex()
     native = tex.generic_gemm
