@@ -427,3 +427,9 @@ def test_buffer_dwordx4_is_range_checked_per_dword() -> None:
     (w,) = prog.run(setup)
     assert list(w.v[1:5, 0]) == [2, 3, 4, 0]
     assert dst.tolist() == [-1, -1, 2, 3, 4] + [-1] * 11
+
+
+def test_sdwa_forms_are_refused_not_approximated() -> None:
+    prog = Program("v_mov_b32_sdwa v1, v2 dst_sel:WORD_1 dst_unused:UNUSED_PRESERVE src0_sel:BYTE_0")
+    with pytest.raises(EmulatorError, match=r"unknown instruction 'v_mov_b32_sdwa'"):
+        prog.run()

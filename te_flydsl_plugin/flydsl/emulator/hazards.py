@@ -20,12 +20,15 @@ whatever the order), and this module tracks what a real wave would still have in
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .decode import Inst
 from .errors import HazardError
-from .machine import Wave
+
+if TYPE_CHECKING:
+    from .machine import Wave
 
 
 @dataclass(frozen=True)

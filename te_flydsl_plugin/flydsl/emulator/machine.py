@@ -10,15 +10,12 @@ writing ``s[106:107]`` and one writing ``vcc`` see the same state.
 from __future__ import annotations
 
 import ctypes
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from .decode import EXEC, VCC
 from .errors import EmulatorError
+from .hazards import WaveCounters
 
-if TYPE_CHECKING:
-    from .hazards import WaveCounters
 
 LANES = 64
 _LANE_BITS = (np.uint64(1) << np.arange(LANES, dtype=np.uint64)).astype(np.uint64)
@@ -122,7 +119,7 @@ class Wave:
         self.at_barrier = False
         self.exec_mask = np.zeros(LANES, bool)
         self.exec_full = False
-        self.hazards: WaveCounters = None  # type: ignore[assignment]  # set by HazardTracker.reset_workgroup
+        self.hazards = WaveCounters()  # replaced per workgroup by HazardTracker.reset_workgroup
         self.back_branches = 0  # taken backward branches: a runaway loop is stopped (see ops_salu)
 
     # -- EXEC / VCC -------------------------------------------------------------------------

@@ -8,14 +8,16 @@ of the 32-bit register is used; the other bits of the destination are kept.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
 from .bind import BindContext, Step, fsrc, op, vreader, vwriter
 from .decode import Inst
 from .machine import Wave
-from .numerics import E4M3, E5M2, bf16_to_f32, decode_table, encode, f16_to_f32, f32_to_bf16, f32_to_f16
+from .numerics import E4M3, E5M2, MiniFloat, bf16_to_f32, decode_table, encode, f16_to_f32, f32_to_bf16, f32_to_f16
 
 U32 = np.uint32
 
@@ -95,7 +97,7 @@ def _f32_to_f16(inst: Inst, ctx: BindContext) -> Step:
     return step
 
 
-def _pk_fp8(inst: Inst, ctx: BindContext, fmt: object) -> Step:
+def _pk_fp8(inst: Inst, ctx: BindContext, fmt: MiniFloat) -> Step:
     d = inst.operands[0]
     dst, cur = vwriter(d, ctx, inst), vreader(d, ctx, inst)
     a, b = fsrc(inst.operands[1], ctx, inst), fsrc(inst.operands[2], ctx, inst)
@@ -103,8 +105,8 @@ def _pk_fp8(inst: Inst, ctx: BindContext, fmt: object) -> Step:
     sat = "clamp" in inst.modifiers
 
     def step(w: Wave) -> None:
-        lo8 = encode(fmt, a(w), sat).astype(U32)  # type: ignore[arg-type]
-        hi8 = encode(fmt, b(w), sat).astype(U32)  # type: ignore[arg-type]
+        lo8 = encode(fmt, a(w), sat).astype(U32)
+        hi8 = encode(fmt, b(w), sat).astype(U32)
         word = lo8 | (hi8 << U32(8))
         old = np.asarray(cur(w), U32)
         if hi:
@@ -119,11 +121,11 @@ op("v_cvt_pk_fp8_f32", "v_cvt_pk_fp8_f32_e64")(lambda inst, ctx: _pk_fp8(inst, c
 op("v_cvt_pk_bf8_f32", "v_cvt_pk_bf8_f32_e64")(lambda inst, ctx: _pk_fp8(inst, ctx, E5M2))
 
 
-def _unpack_fp8(inst: Inst, ctx: BindContext, fmt: object, packed: bool) -> Step:
+def _unpack_fp8(inst: Inst, ctx: BindContext, fmt: MiniFloat, packed: bool) -> Step:
     d = inst.operands[0]
     src = vreader(inst.operands[1], ctx, inst)
     sel = inst.mod_list("op_sel", 2, 0)
-    table = decode_table(fmt)  # type: ignore[arg-type]
+    table = decode_table(fmt)
     sdwa = inst.modifiers.get("src0_sel", "")
     if packed:
         shift = 16 * sel[0]
@@ -159,7 +161,7 @@ def _fma_mix(inst: Inst, ctx: BindContext) -> Step:
     dst = vwriter(inst.operands[0], ctx, inst)
     clamp = "clamp" in inst.modifiers
 
-    def val(w: Wave, raw, is_f16: bool, shift: int, neg: bool, ab: bool) -> np.ndarray:  # type: ignore[no-untyped-def]
+    def val(w: Wave, raw: Callable[[Wave], Any], is_f16: bool, shift: int, neg: bool, ab: bool) -> np.ndarray:
         x = np.asarray(raw(w), U32)
         f = f16_to_f32((x >> U32(shift)) & U32(0xFFFF)) if is_f16 else x.view(np.float32)
         f = np.abs(f) if ab else f

@@ -354,7 +354,7 @@ def _pk_mov(inst: Inst, ctx: BindContext) -> Step:
     d, s0, s1 = inst.operands[:3]
     sel = inst.mod_list("op_sel", 2, 0)
 
-    def part(o, i):  # type: ignore[no-untyped-def]
+    def part(o: Operand, i: int) -> Callable[[Wave], Any]:
         return vreader(replace(o, index=o.index + i, count=1) if o.kind in ("v", "a", "s") else o, ctx, inst)
 
     lo, hi = part(s0, sel[0]), part(s1, sel[1])

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import ops_cvt, ops_mem, ops_mfma, ops_salu, ops_valu  # noqa: F401  (register the opcodes)
-from .bind import OPS, BindContext, Step, base_opcode
+from .bind import OPS, BindContext, Binder, Step, base_opcode
 from .codeobject import CodeObject, Kernel, parse
 from .decode import Inst, decode_text
 from .errors import EmulatorError, HazardError
@@ -74,7 +74,11 @@ def _unknown(inst: Inst, kernel: str, why: str = "unknown instruction") -> Step:
     return step
 
 
-def _binder_for(opcode: str):  # type: ignore[no-untyped-def]
+def _binder_for(opcode: str) -> Binder | None:
+    """The binder of an opcode; SDWA/DPP forms only where registered by their full name (falling
+    back to the plain opcode would silently drop their lane and sub-dword selects)."""
+    if opcode.endswith(("_sdwa", "_dpp")):
+        return OPS.get(opcode)
     b = OPS.get(opcode) or OPS.get(base_opcode(opcode))
     if b is None and ops_mfma.register_mfma(base_opcode(opcode)):
         b = OPS[base_opcode(opcode)]
@@ -156,7 +160,7 @@ def _init_wave(
     w.set_exec(int(sum(1 << i for i in range(LANES) if flat[i] < total)))
 
 
-def _dispatch_packet(k: Kernel, grid: tuple[int, int, int], block: tuple[int, int, int], lds: int, karg: int):  # type: ignore[no-untyped-def]
+def _dispatch_packet(grid: tuple[int, int, int], block: tuple[int, int, int], lds: int, karg: int) -> ctypes.Array:
     """An hsa_kernel_dispatch_packet_t, for kernels that read block/grid sizes through the dispatch ptr."""
     buf = (ctypes.c_uint8 * 64)()
     pkt = np.frombuffer(buf, np.uint8)
@@ -201,7 +205,7 @@ def launch(
     lds_size = k.lds_bytes + dynamic_lds
     karg_buf = (ctypes.c_uint8 * max(len(kernarg), 8)).from_buffer_copy(bytes(kernarg).ljust(8, b"\0"))
     karg_addr = ctypes.addressof(karg_buf)
-    pkt = _dispatch_packet(k, grid, block, lds_size, karg_addr)
+    pkt = _dispatch_packet(grid, block, lds_size, karg_addr)
     tracker = HazardTracker(k.name, hazards, lds_size)
     lds = np.zeros(max(lds_size, 1), np.uint8)
     ctx = BindContext(
