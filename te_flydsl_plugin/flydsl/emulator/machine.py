@@ -10,12 +10,12 @@ writing ``s[106:107]`` and one writing ``vcc`` see the same state.
 from __future__ import annotations
 
 import ctypes
+
 import numpy as np
 
 from .decode import EXEC, VCC
 from .errors import EmulatorError
 from .hazards import WaveCounters
-
 
 LANES = 64
 _LANE_BITS = (np.uint64(1) << np.arange(LANES, dtype=np.uint64)).astype(np.uint64)
