@@ -63,6 +63,14 @@ def _default_pack() -> Any:
     return pack_scales
 
 
+def _aux_dtype(bias_type: Any, default: torch.dtype) -> torch.dtype:
+    """The GELU pre-activation's dtype: TE allocates it in ``bias_type`` when that is a float type."""
+    from ..host.operands import format_of_dtype
+
+    fmt = format_of_dtype(bias_type) if bias_type is not None else Format.OTHER
+    return _torch_dtype(fmt) if fmt in (Format.FP32, Format.FP16, Format.BF16) else default
+
+
 def _torch_dtype(fmt: Format) -> torch.dtype:
     return {Format.FP32: torch.float32, Format.FP16: torch.float16, Format.BF16: torch.bfloat16}[fmt]
 
@@ -155,11 +163,12 @@ def build(
     gelu_aux = None
     if p.gelu:
         aux = call.gelu_in
-        if aux is None:  # fprop: the pre-activation comes back as gelu_input
-            aux = torch.empty(p.out_shape, dtype=out_dtype, device=device)
+        if aux is None:  # fprop: the pre-activation comes back as gelu_input, in bias_type as TE has it
+            aux = torch.empty(p.out_shape, dtype=_aux_dtype(call.bias_type, out_dtype), device=device)
         gelu_aux = aux.view(p.m, p.n)
     bias = call.bias.view(-1) if p.bias and not p.grad else None
-    bias_grad = torch.empty_like(call.bias).view(-1) if p.bias and p.grad else None
+    # TE returns the bias gradient in the output dtype (fp32 when accumulating into main_grad).
+    bias_grad = torch.empty(call.bias.numel(), dtype=out_dtype, device=device) if p.bias and p.grad else None
     k_align = matrix.MX_K_MULTIPLE * 16 if lhs.format.is_mx else max(matrix.K_MULTIPLE.get(lhs.format, 1), 1)
     pieces = split(p.m, p.n, p.k, lhs, rhs, out.element_size(), k_align, limit)
     return GemmPlan(
@@ -181,9 +190,8 @@ def results(plan: GemmPlan, call: GemmCall) -> list[Any]:
     """What ``generic_gemm`` returns: ``[D, bias_grad, gelu_input, extra_output]``."""
     p = plan.problem
     d = call.D if call.D is not None else plan.out.view(p.out_shape)
-    gelu_input = None
-    if p.gelu:
-        gelu_input = call.gelu_in if call.gelu_in is not None else plan.gelu_aux.view(p.out_shape)
+    # TE returns the pre-activation for fprop GELU only; dGELU reads gelu_in and returns None there.
+    gelu_input = plan.gelu_aux.view(p.out_shape) if p.gelu and not p.grad else None
     return [d, plan.bias_grad, gelu_input, None]
 
 

@@ -8,6 +8,8 @@ same path for the whole run.
 from __future__ import annotations
 
 import atexit
+import copy
+import itertools
 import os
 import sys
 import threading
@@ -88,6 +90,10 @@ class Dispatcher:
         self._fallbacks: Counter[Decision] = Counter()
         self._warned: set[str] = set()
         self.unavailable: Verdict = Verdict.yes()
+        # True when every GEMM goes to TE without a look (no backend, or it cannot run here): the
+        # wrapper then skips building views and keys, so an installed-but-idle plugin costs ~nothing.
+        self.passthrough = backend is None
+        self._idle_calls = itertools.count()
         if backend is not None:
             try:
                 self.unavailable = backend.availability()
@@ -96,6 +102,7 @@ class Dispatcher:
                     Reason(ReasonCode.UNAVAILABLE, f"availability() raised {type(exc).__name__}: {exc}")
                 )
             if not self.unavailable.ok:
+                self.passthrough = True
                 self._warn_once(
                     "UNAVAILABLE",
                     f"GEMM backend {backend.name!r} is unavailable here, every GEMM runs on TE's own GEMM: "
@@ -125,6 +132,17 @@ class Dispatcher:
         with self._lock:
             self._by_backend[self.name] += 1
 
+    def ran_unavailable(self) -> None:
+        """Count a GEMM that went to TE because the selected backend cannot run here at all.
+
+        ``next`` on an ``itertools.count`` is atomic under the GIL and costs ~50 ns: no lock on the
+        path every GEMM of an idle plugin takes.
+        """
+        next(self._idle_calls)
+
+    def _idle_count(self) -> int:
+        return next(copy.copy(self._idle_calls))
+
     def ran_native(self, decision: Decision | None) -> None:
         """Count a native run; warn once per reason code, or raise in strict mode."""
         with self._lock:
@@ -152,13 +170,19 @@ class Dispatcher:
         )
 
     def stats(self, top: int = 10) -> dict[str, Any]:
+        idle = self._idle_count()
         with self._lock:
             fallbacks = self._fallbacks.most_common(top)
+            by_backend, by_reason = Counter(self._by_backend), Counter(self._by_reason)
+            if idle:
+                by_backend["native"] += idle
+                for r in self.unavailable.reasons:
+                    by_reason[r.code.value] += idle
             return {
                 "backend": self.name,
-                "total": sum(self._by_backend.values()),
-                "by_backend": dict(self._by_backend),
-                "by_reason": dict(self._by_reason),
+                "total": sum(by_backend.values()),
+                "by_backend": dict(by_backend),
+                "by_reason": dict(by_reason),
                 "fallbacks": [
                     {
                         "problem": d.problem.to_dict(),
@@ -175,6 +199,7 @@ class Dispatcher:
             self._by_reason.clear()
             self._fallbacks.clear()
             self._warned.clear()
+            self._idle_calls = itertools.count()
 
     def report(self) -> str:
         """The exit report: where GEMMs ran, per backend, per reason, the most frequent fallbacks."""

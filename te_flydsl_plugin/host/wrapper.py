@@ -70,7 +70,9 @@ def wrap_generic_gemm(native: Callable[..., Any]) -> Callable[..., Any]:
         args = (A, transA, B, transB, D, quantizer, output_dtype, bias, bias_type, gelu, gelu_in, grad,
                 workspace, workspace_size, accumulate, use_split_accumulator)  # fmt: skip
         d = dispatch._current or dispatch.current()
-        if d.backend is None:
+        if d.passthrough:
+            if d.backend is not None:
+                d.ran_unavailable()
             return native(*args, *rest, **kwargs)
         # TE passes the tail as keywords; a positional tail is merged for reading only, never forwarded so.
         get = kwargs.get if not rest else {**dict(zip(_TAIL, rest, strict=False)), **kwargs}.get
