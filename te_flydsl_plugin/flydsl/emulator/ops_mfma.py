@@ -65,30 +65,30 @@ def _to_matrix(vals: np.ndarray, mn: int, k: int) -> np.ndarray:
     return vals.reshape(groups, mn, kpl).transpose(1, 0, 2).reshape(mn, k)
 
 
-def _from_result(d: np.ndarray, mn: int) -> np.ndarray:
-    """[mn, mn] f32 result -> [nregs, 64] register values in the documented output layout."""
+def _result_index(mn: int) -> tuple[np.ndarray, np.ndarray]:
+    """(row, col) of the result element held by register r of lane l, as [nregs, 64] arrays."""
     lanes = np.arange(LANES)
     if mn == 16:
-        regs = np.empty((4, LANES), np.float32)
-        for r in range(4):
-            regs[r] = d[4 * (lanes // 16) + r, lanes % 16]
-        return regs
-    regs = np.empty((16, LANES), np.float32)
-    for r in range(16):
-        regs[r] = d[8 * (r // 4) + 4 * (lanes // 32) + r % 4, lanes % 32]
-    return regs
+        r = np.arange(4)[:, None]
+        return 4 * (lanes // 16)[None, :] + r, np.broadcast_to(lanes % 16, (4, LANES))
+    r = np.arange(16)[:, None]
+    return 8 * (r // 4) + 4 * (lanes // 32)[None, :] + r % 4, np.broadcast_to(lanes % 32, (16, LANES))
+
+
+_RESULT_INDEX = {mn: _result_index(mn) for mn in (16, 32)}
+
+
+def _from_result(d: np.ndarray, mn: int) -> np.ndarray:
+    """[mn, mn] f32 result -> [nregs, 64] register values in the documented output layout."""
+    rows, cols = _RESULT_INDEX[mn]
+    return d[rows, cols]
 
 
 def _to_result_layout(regs: np.ndarray, mn: int) -> np.ndarray:
     """Inverse of :func:`_from_result`: [nregs, 64] accumulator registers -> [mn, mn] matrix."""
-    lanes = np.arange(LANES)
+    rows, cols = _RESULT_INDEX[mn]
     c = np.empty((mn, mn), np.float32)
-    if mn == 16:
-        for r in range(4):
-            c[4 * (lanes // 16) + r, lanes % 16] = regs[r]
-    else:
-        for r in range(16):
-            c[8 * (r // 4) + 4 * (lanes // 32) + r % 4, lanes % 32] = regs[r]
+    c[rows, cols] = regs
     return c
 
 

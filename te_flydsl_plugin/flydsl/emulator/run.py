@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import gc
 import itertools
 import time
 from collections import Counter
@@ -188,6 +189,27 @@ def launch(
     some workgroup ids (for speed). ``hazards`` is "raise" (first hazard raises :class:`HazardError`),
     "report" (collected in the report) or "off".
     """
+    # The cyclic garbage collector would rescan the thousands of bound closures again and again
+    # (a third of a GEMM launch); the emulator's temporaries are freed by reference counting.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _launch(code_object, kernel, kernarg, grid, block, dynamic_lds, workgroups, hazards)
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _launch(
+    code_object: bytes,
+    kernel: str | None,
+    kernarg: bytes,
+    grid: tuple[int, int, int],
+    block: tuple[int, int, int],
+    dynamic_lds: int,
+    workgroups: Iterable[tuple[int, int, int]] | None,
+    hazards: str,
+) -> LaunchReport:
     t0 = time.perf_counter()
     co, text = _load(bytes(code_object))
     k = co.kernel(kernel)
