@@ -433,3 +433,23 @@ def test_sdwa_forms_are_refused_not_approximated() -> None:
     prog = Program("v_mov_b32_sdwa v1, v2 dst_sel:WORD_1 dst_unused:UNUSED_PRESERVE src0_sel:BYTE_0")
     with pytest.raises(EmulatorError, match=r"unknown instruction 'v_mov_b32_sdwa'"):
         prog.run()
+
+
+def test_packed_f16_with_op_sel_and_neg() -> None:
+    rng = np.random.default_rng(3)
+    a, b, c = (torch.from_numpy(rng.standard_normal((64, 2)).astype(np.float16)) for _ in range(3))
+    word = lambda t: t.view(torch.int32).numpy().view(np.uint32)[:, 0]  # noqa: E731  [lo, hi] halves
+    (w,) = Program(
+        """
+        v_pk_add_f16 v3, v0, v1
+        v_pk_mul_f16 v4, v0, v1 op_sel:[1,0] op_sel_hi:[0,1] neg_lo:[0,1]
+        v_pk_fma_f16 v5, v0, v1, v2
+        """
+    ).run(lambda w: (vset(w, 0, word(a)), vset(w, 1, word(b)), vset(w, 2, word(c))))
+    halves = lambda reg: torch.from_numpy(w.v[reg].copy()).view(torch.float16).view(64, 2).float()  # noqa: E731
+    torch.testing.assert_close(halves(3), (a.float() + b.float()).half().float())
+    want_lo = (a[:, 1].float() * -b[:, 0].float()).half().float()
+    want_hi = (a[:, 0].float() * b[:, 1].float()).half().float()
+    torch.testing.assert_close(halves(4), torch.stack([want_lo, want_hi], 1))
+    want = (a.double() * b.double() + c.double()).half().float()
+    torch.testing.assert_close(halves(5), want)

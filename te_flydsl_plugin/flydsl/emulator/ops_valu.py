@@ -721,3 +721,46 @@ def _div_fixup(inst: Inst, ctx: BindContext) -> Step:
         dst(w, np.asarray(r, np.float32).view(U32))
 
     return step
+
+
+# -- packed f16: two halves of one VGPR ---------------------------------------------------------
+
+
+def _pk_f16(inst: Inst, ctx: BindContext, nsrc: int, fn: Callable[..., np.ndarray]) -> Step:
+    """``op_sel[i]`` / ``op_sel_hi[i]`` pick which half of source i feeds the low / high result;
+    ``neg_lo`` / ``neg_hi`` negate it; ``clamp`` clamps to [0, 1]."""
+    from .numerics import f16_to_f32
+
+    srcs = [vreader(o, ctx, inst, "f16") for o in inst.operands[1 : 1 + nsrc]]
+    sel, sel_hi = inst.mod_list("op_sel", nsrc, 0), inst.mod_list("op_sel_hi", nsrc, 1)
+    neg_lo, neg_hi = inst.mod_list("neg_lo", nsrc, 0), inst.mod_list("neg_hi", nsrc, 0)
+    dst = vwriter(inst.operands[0], ctx, inst)
+    clamp = "clamp" in inst.modifiers
+
+    def half(x: np.ndarray, hi: int, neg: int) -> np.ndarray:
+        v = f16_to_f32((np.asarray(x, U32) >> U32(16 * hi)) & U32(0xFFFF)).astype(np.float64)
+        return -v if neg else v
+
+    def step(w: Wave) -> None:
+        vals = [s(w) for s in srcs]
+        with np.errstate(all="ignore"):
+            lo = fn(*(half(v, sel[i], neg_lo[i]) for i, v in enumerate(vals)))
+            hi = fn(*(half(v, sel_hi[i], neg_hi[i]) for i, v in enumerate(vals)))
+        if clamp:
+            lo, hi = np.clip(lo, 0, 1), np.clip(hi, 0, 1)
+        # in float64 the sum/product/fma of f16 values is exact (or nearly): one rounding, to f16
+        dst(w, _f64_to_f16_bits(lo) | (_f64_to_f16_bits(hi) << U32(16)))
+
+    return step
+
+
+op("v_pk_add_f16")(lambda inst, ctx: _pk_f16(inst, ctx, 2, lambda a, b: a + b))
+op("v_pk_mul_f16")(lambda inst, ctx: _pk_f16(inst, ctx, 2, lambda a, b: a * b))
+op("v_pk_max_f16")(lambda inst, ctx: _pk_f16(inst, ctx, 2, np.fmax))
+op("v_pk_min_f16")(lambda inst, ctx: _pk_f16(inst, ctx, 2, np.fmin))
+op("v_pk_fma_f16")(lambda inst, ctx: _pk_f16(inst, ctx, 3, lambda a, b, c: a * b + c))
+
+
+def _f64_to_f16_bits(x: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        return np.asarray(x, np.float64).astype(np.float16).view(np.uint16).astype(U32)
