@@ -453,3 +453,13 @@ def test_packed_f16_with_op_sel_and_neg() -> None:
     torch.testing.assert_close(halves(4), torch.stack([want_lo, want_hi], 1))
     want = (a.double() * b.double() + c.double()).half().float()
     torch.testing.assert_close(halves(5), want)
+
+
+@pytest.mark.parametrize("size", [16, 32])
+def test_permlane_swap(size: int) -> None:
+    """The odd rows (of 16 or 32 lanes) of vdst trade places with the even rows of vsrc."""
+    (w,) = Program(f"v_permlane{size}_swap_b32_e32 v0, v1").run(lambda w: (vset(w, 0, LANE), vset(w, 1, LANE + 100)))
+    odd = (LANE // size) % 2 == 1
+    want_d = np.where(odd, LANE - size + 100, LANE)
+    want_s = np.where(~odd, LANE + size, LANE + 100)
+    assert (w.v[0] == want_d).all() and (w.v[1] == want_s).all()
