@@ -170,11 +170,14 @@ _launchers: dict[str, Any] = {}
 _launchers_lock = threading.Lock()
 
 
-def launcher(cfg: KernelConfig) -> Any:
+def launcher(cfg: KernelConfig, args: tuple, arch: str = "gfx950") -> Any:
     """The in-process FlyDSL ``CompiledFunction`` of ``cfg`` for this machine's GPU (flydsl executor).
 
-    Compiled once per process (FlyDSL's own on-disk cache makes repeats cheap); calling it launches
-    on the stream passed as its last argument.
+    Compiled once per process, for ``arch`` (FlyDSL's target comes from the environment, which would
+    otherwise default to gfx942), from the first launch's own arguments ``args`` (``gemm.jit_args``:
+    the GPU tensors' dtypes and dynamic layouts; shapes are runtime values, so any later launch of
+    the config reuses it). FlyDSL's own on-disk cache makes the compile cheap in a new process.
+    Calling the result launches on the stream passed as its last argument.
     """
     with _launchers_lock:
         fn = _launchers.get(cfg.name)
@@ -183,7 +186,8 @@ def launcher(cfg: KernelConfig) -> Any:
 
             from .kernels import gemm
 
-            fn = flyc.compile(gemm.gemm_launch, *gemm.placeholder_args(cfg))
+            with toolchain.compile_for(arch):
+                fn = flyc.compile(gemm.gemm_launch, *args)
             _launchers[cfg.name] = fn
         return fn
 

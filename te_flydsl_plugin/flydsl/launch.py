@@ -95,10 +95,10 @@ def execute(plan: GemmPlan, mode: str = "flydsl") -> None:
     cfg = plan.config
     launches = [piece_launch(plan, pc) for pc in plan.pieces if pc.m1 > pc.m0 and pc.n1 > pc.n0]
     if mode == "flydsl":
-        fn = launcher(cfg)
         stream = torch.cuda.current_stream()
         for ln in launches:
-            fn(*ln.jit_args(cfg), stream)
+            args = ln.jit_args(cfg)
+            launcher(cfg, args)(*args, stream)
             launch_counts[mode] += 1
         return
     for ln in launches:

@@ -127,3 +127,14 @@ def test_precompile_reports_progress() -> None:
     reports = compiled.precompile("gfx950", progress=lambda i, n, r: seen.append((i, n)), configs=cfgs)
     assert [r["config"] for r in reports] == [c.name for c in cfgs] and seen == [(1, 2), (2, 2)]
     assert all(r["ok"] and r["compile_s"] >= 0 for r in reports)
+
+
+def test_launcher_compiles_once_per_config() -> None:
+    """The flydsl executor's in-process function: compiled for gfx950 from the launch's own
+    arguments, then reused for every later launch of the config (any shape)."""
+    from te_flydsl_plugin.flydsl.kernels import gemm
+
+    cfg = KernelConfig(Format.BF16, Format.BF16, True, True, Format.BF16)
+    first = compiled.launcher(cfg, gemm.placeholder_args(cfg))
+    assert type(first).__name__ == "CompiledFunction"
+    assert compiled.launcher(cfg, gemm.placeholder_args(cfg)) is first
