@@ -463,3 +463,10 @@ def test_permlane_swap(size: int) -> None:
     want_d = np.where(odd, LANE - size + 100, LANE)
     want_s = np.where(~odd, LANE + size, LANE + 100)
     assert (w.v[0] == want_d).all() and (w.v[1] == want_s).all()
+
+
+def test_bfrev_ffbh() -> None:
+    vals = np.resize(np.array([1, 0x80000000, 0x12345678, 0, 0xFFFFFFFF], np.uint32), 64)
+    (w,) = Program("v_bfrev_b32_e32 v1, v0\nv_ffbh_u32_e32 v2, v0").run(lambda w: vset(w, 0, vals))
+    assert (w.v[1] == [int(f"{int(v):032b}"[::-1], 2) for v in vals]).all()
+    assert (w.v[2] == [32 - int(v).bit_length() if v else 0xFFFFFFFF for v in vals]).all()

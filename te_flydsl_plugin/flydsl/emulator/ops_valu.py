@@ -141,7 +141,7 @@ _INT3: dict[str, Callable[[Any, Any, Any], Any]] = {
 _INT1: dict[str, Callable[[Any], Any]] = {
     "v_mov_b32": lambda a: a,
     "v_not_b32": lambda a: ~np.asarray(a, U32),
-    "v_bfrev_b32": lambda a: np.array([int(f"{int(x):032b}"[::-1], 2) for x in np.broadcast_to(a, (LANES,))], U32),
+    "v_bfrev_b32": lambda a: _bfrev(a),
     "v_ffbh_u32": lambda a: np.where(
         np.asarray(a, U32) == 0, U32(0xFFFFFFFF), U32(31) - np.floor(np.log2(np.maximum(a, 1))).astype(U32)
     ),
@@ -159,6 +159,20 @@ _INT1: dict[str, Callable[[Any], Any]] = {
     "v_cvt_f32_ubyte2": lambda a: ((np.asarray(a, U32) >> U32(16)) & U32(0xFF)).astype(np.float32),
     "v_cvt_f32_ubyte3": lambda a: (np.asarray(a, U32) >> U32(24)).astype(np.float32),
 }
+
+
+_BYTE_REV = np.array([int(f"{b:08b}"[::-1], 2) for b in range(256)], np.uint32)
+
+
+def _bfrev(a: object) -> np.ndarray:
+    """Reverse the 32 bits of each lane (byte-wise table, bytes in reverse order)."""
+    x = np.asarray(a, U32)
+    return (
+        (_BYTE_REV[x & U32(0xFF)] << U32(24))
+        | (_BYTE_REV[(x >> U32(8)) & U32(0xFF)] << U32(16))
+        | (_BYTE_REV[(x >> U32(16)) & U32(0xFF)] << U32(8))
+        | _BYTE_REV[x >> U32(24)]
+    )
 
 
 def _f2u(x: np.ndarray) -> np.ndarray:
