@@ -22,7 +22,7 @@ from te_flydsl_plugin.flydsl import compiled, launch, toolchain
 from te_flydsl_plugin.flydsl.executors import run_reference
 from te_flydsl_plugin.flydsl.kernels import mx
 from te_flydsl_plugin.flydsl.kernels.config import KernelConfig
-from te_flydsl_plugin.flydsl.mx_layout import pack_scales
+from te_flydsl_plugin.flydsl.mx_layout import pack_scales, packed_shape
 from te_flydsl_plugin.flydsl.plan_types import GemmPlan, KernelOperand, Piece
 from te_flydsl_plugin.spec import Format, Layout
 
@@ -142,6 +142,34 @@ def test_mx_host_split_pieces_slice_the_packed_scales() -> None:
     m, n, k = 272, 40, 1056
     pieces = tuple(Piece(m0, m1, 0, n, k0, k1) for m0, m1 in ((0, 256), (256, m)) for k0, k1 in ((0, 512), (512, k)))
     _run_and_compare(_plan(cfg, m, n, k, 1.0, 0.5, pieces))
+
+
+@needs_toolchain
+@pytest.mark.emulator
+@pytest.mark.usefixtures("_emulator")
+def test_mx_empty_k_gives_beta_times_out() -> None:
+    """K = 0: the packed scales are empty, the kernel loads nothing from them and writes beta * out."""
+    cfg = KernelConfig(F.MXFP8_E4M3, F.MXFP8_E5M2, True, True, F.FP32, tile_k=mx.TILE_K)
+    m, n = 37, 21
+
+    def empty(fmt: Format, rows: int) -> KernelOperand:
+        scales = torch.empty(packed_shape(rows, 0), dtype=torch.uint8)
+        return KernelOperand(torch.empty(rows, 0, dtype=torch.uint8), fmt, True, "rowwise", mx_scales=scales)
+
+    out = torch.randn(m, n)
+    before = out.clone()
+    plan = GemmPlan(
+        problem=types.SimpleNamespace(epilogue="plain"),  # type: ignore[arg-type]
+        config=cfg,
+        lhs=empty(cfg.lhs_format, m),
+        rhs=empty(cfg.rhs_format, n),
+        out=out,
+        alpha=1.0,
+        beta=0.5,
+        pieces=(Piece(0, m, 0, n, 0, 0),),
+    )
+    launch.execute(plan, "emulator")
+    torch.testing.assert_close(out, 0.5 * before)
 
 
 def test_piece_words_is_a_slice() -> None:

@@ -374,20 +374,20 @@ def gemm_kernel(
         n_reps = tile_n // (p.n_waves * 16)
         rows_a = thr_mma.partition_A(fx.make_view(0, fx.make_layout((tile_m, tile_k), (1, 0))))
         rows_b = thr_mma.partition_B(fx.make_view(0, fx.make_layout((tile_n, tile_k), (1, 0))))
-        sw_a = mx.ScaleWords(lhs_scale, row0, mx.rep_row_tiles(rows_a, m_reps))
-        sw_b = mx.ScaleWords(rhs_scale, col0, mx.rep_row_tiles(rows_b, n_reps))
+        sw_a = mx.ScaleWords(lhs_scale, row0, m, mx.rep_row_tiles(rows_a, m_reps))
+        sw_b = mx.ScaleWords(rhs_scale, col0, n, mx.rep_row_tiles(rows_b, n_reps))
         steps = mx.STEPS_PER_WORD
         groups = (k_tiles + steps - 1) // steps
         fill_stage(0, 0)
         for g in range(0, groups - 1, 1):
-            words = (mx.load_words(sw_a, g), mx.load_words(sw_b, g))
+            words = (mx.load_words(sw_a, g, groups), mx.load_words(sw_b, g, groups))
             for j in range_constexpr(steps):
                 rocdl.s_waitcnt(vmcnt=0)
                 rocdl.s_barrier()
                 fill_stage((j + 1) % 2, g * steps + j + 1)
                 multiply(j % 2, words, j)
         last_group = (groups < 1).select(0, groups - 1)  # K = 0 multiplies zero-filled stages
-        words = (mx.load_words(sw_a, last_group), mx.load_words(sw_b, last_group))
+        words = (mx.load_words(sw_a, last_group, groups), mx.load_words(sw_b, last_group, groups))
         for j in range_constexpr(steps):
             rocdl.s_waitcnt(vmcnt=0)
             rocdl.s_barrier()
