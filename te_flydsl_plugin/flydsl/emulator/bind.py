@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -37,7 +37,6 @@ class BindContext:
     memory: HostMemory
     lds: np.ndarray
     hazards: HazardTracker
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def target(self, inst: Inst) -> int:
         """The instruction index a branch jumps to."""

@@ -53,15 +53,6 @@ class KernelDescriptor:
     def tg_size_enable(self) -> bool:
         return bool(self.rsrc2 >> 10 & 1)
 
-    @property
-    def private_segment_wave_offset(self) -> bool:
-        return bool(self.rsrc2 & 1)
-
-    @property
-    def accum_offset(self) -> int:
-        """First AGPR's index in the unified VGPR file (gfx90a+: ``(ACCUM_OFFSET + 1) * 4``)."""
-        return ((self.rsrc3 & 0x3F) + 1) * 4
-
 
 @dataclass(frozen=True)
 class Kernel:
@@ -84,9 +75,8 @@ class Kernel:
 
 @dataclass(frozen=True)
 class CodeObject:
-    """A parsed code object: its kernels by name and its raw bytes (kept for disassembly)."""
+    """A parsed code object: its kernels by name."""
 
-    raw: bytes
     kernels: dict[str, Kernel]
 
     def kernel(self, name: str | None) -> Kernel:
@@ -248,4 +238,4 @@ def parse(raw: bytes) -> CodeObject:
             reqd_workgroup_size=tuple(reqd) if reqd else None,
             metadata=km,
         )
-    return CodeObject(raw=raw, kernels=kernels)
+    return CodeObject(kernels=kernels)

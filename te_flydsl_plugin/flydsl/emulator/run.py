@@ -17,7 +17,7 @@ import itertools
 import time
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -43,7 +43,6 @@ class LaunchReport:
     wall_time_s: float
     workgroups: int
     waves_per_workgroup: int
-    extra: dict[str, object] = field(default_factory=dict)
 
     def summary(self) -> str:
         """A few lines for logs: totals, the most frequent opcodes, every hazard."""
