@@ -211,3 +211,26 @@ def test_pointwise_epilogue_math(op: int) -> None:
         (x / z).double() + torch.rsqrt(zd.abs()) + xd.abs().sqrt(),
     ][op]
     torch.testing.assert_close(y.double(), ref, rtol=2e-6, atol=1e-6, equal_nan=True)
+
+
+def test_wrong_swizzle_is_a_wrong_result() -> None:
+    """Zero the XOR constant of one LDS read-address swizzle (a ``v_bitop3_b32 ..., <const>
+    bitop3:0x36`` the GEMM uses for it): no hazard, but the values read are the wrong ones."""
+    cfg, ck = _gemm("bf16", "bf16", True, True, "fp32")
+    insts = instructions(ck.code_object, ck.kernel)
+    cands = [
+        i
+        for i in insts
+        if i.opcode == "v_bitop3_b32"
+        and "bitop3:0x36" in i.text
+        and i.operands[3].kind == "imm"
+        and i.operands[3].value
+    ]
+    assert cands, "the GEMM no longer swizzles with v_bitop3_b32 ... bitop3:0x36: pick another swizzle to break"
+    i = cands[0]
+    zero_src2 = (i.words[1] & ~(0x1FF << 18)) | (0x80 << 18)  # VOP3 src2 := inline constant 0
+    broken = patch_word(ck.code_object, i.address + 4, zero_src2)
+    assert instructions(broken, ck.kernel)[insts.index(i)].operands[3].value == 0
+    rep, out, ref = _run_gemm(cfg, ck, 256, 256, 128, code_object=broken, hazards="report")
+    assert rep.hazards == []
+    assert not torch.allclose(out.double(), ref, rtol=1e-2, atol=1e-2 * ref.abs().max().item())
