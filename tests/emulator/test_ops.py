@@ -470,3 +470,20 @@ def test_bfrev_ffbh() -> None:
     (w,) = Program("v_bfrev_b32_e32 v1, v0\nv_ffbh_u32_e32 v2, v0").run(lambda w: vset(w, 0, vals))
     assert (w.v[1] == [int(f"{int(v):032b}"[::-1], 2) for v in vals]).all()
     assert (w.v[2] == [32 - int(v).bit_length() if v else 0xFFFFFFFF for v in vals]).all()
+
+
+def test_cvt_fp8_sdwa_selects_as_llvm_emits_them() -> None:
+    """llc -mcpu=gfx950 turns cvt.f32.fp8(x, byte) into ``_sdwa src0_sel:BYTE_n`` and
+    cvt.pk.f32.fp8(x, hi) into ``_sdwa src0_sel:WORD_1``."""
+    codes = np.arange(64, dtype=np.uint32)
+    word = codes | ((codes + 64) << 8) | ((codes + 128) << 16) | ((codes + 192) << 24)
+    (w,) = Program(
+        """
+        v_cvt_f32_fp8_sdwa v1, v0 src0_sel:BYTE_1
+        v_cvt_pk_f32_fp8_sdwa v[2:3], v0 src0_sel:WORD_1
+        """
+    ).run(lambda w: vset(w, 0, word))
+    tab = nm.decode_table(nm.E4M3)
+    np.testing.assert_array_equal(vf32(w, 1), tab[codes + 64])
+    np.testing.assert_array_equal(vf32(w, 2), tab[codes + 128])
+    np.testing.assert_array_equal(vf32(w, 3), tab[codes + 192])

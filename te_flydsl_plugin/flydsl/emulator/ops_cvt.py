@@ -127,8 +127,8 @@ def _unpack_fp8(inst: Inst, ctx: BindContext, fmt: MiniFloat, packed: bool) -> S
     sel = inst.mod_list("op_sel", 2, 0)
     table = decode_table(fmt)
     sdwa = inst.modifiers.get("src0_sel", "")
-    if packed:
-        shift = 16 * sel[0]
+    if packed:  # the word: op_sel[0] (VOP3) or src0_sel:WORD_1 (SDWA, what LLVM emits)
+        shift = 16 * (sel[0] or sdwa == "WORD_1")
         lo, hi = vwriter(d, ctx, inst), vwriter(replace(d, index=d.index + 1, count=1), ctx, inst)
 
         def pstep(w: Wave) -> None:
@@ -137,6 +137,7 @@ def _unpack_fp8(inst: Inst, ctx: BindContext, fmt: MiniFloat, packed: bool) -> S
             hi(w, table[(word >> U32(8)) & U32(0xFF)].view(U32))
 
         return pstep
+    # the byte: src0_sel:BYTE_n (SDWA, what LLVM emits for a constant byte select) or op_sel (VOP3)
     byte = int(sdwa[-1]) if sdwa.startswith("BYTE_") else sel[0] | (sel[1] << 1)
     dst = vwriter(d, ctx, inst)
     return lambda w: dst(w, table[(np.asarray(src(w), U32) >> U32(8 * byte)) & U32(0xFF)].view(U32))
