@@ -15,16 +15,9 @@ from te_flydsl_plugin.flydsl.kernels.config import KernelConfig
 from te_flydsl_plugin.flydsl.plan_types import Piece
 from te_flydsl_plugin.spec import Format
 
-from .helpers import emulator_reason, needs_toolchain, plan_for, reference, tolerance
+from .helpers import needs_toolchain, plan_for, reference, tolerance
 
 pytestmark = [pytest.mark.emulator, needs_toolchain]
-
-
-@pytest.fixture(autouse=True)
-def _emulator() -> None:
-    reason = emulator_reason()
-    if reason:
-        pytest.skip(reason)
 
 
 def _k_unit(cfg: KernelConfig) -> int:
