@@ -248,12 +248,15 @@ def _family() -> tuple[KernelConfig, ...]:
 
 
 def _mx_family() -> tuple[KernelConfig, ...]:
-    """MXFP8 (kernels/mx.py): every E4M3/E5M2 pair, TN only (both operands K-major, TE's rowwise
-    storages), 256 x 256 x 128 tiles: one K-step per K tile, so each step's op_sel byte is static."""
+    """MXFP8 (kernels/mx.py): every E4M3/E5M2 pair in TN, NN and NT (K-major rowwise storages, N/M-major
+    columnwise ones read with ``ds_read_b64_tr_b8``), 256 x 256 x 128 tiles: one K-step per K tile."""
     F = Format
     kinds = (F.MXFP8_E4M3, F.MXFP8_E5M2)
     outs = (F.FP32, F.BF16, F.FP16)
-    return tuple(KernelConfig(a, b, True, True, o, tile_k=128) for a in kinds for b in kinds for o in outs)
+    majors = ((True, True), (True, False), (False, False))  # TN, NN, NT
+    return tuple(
+        KernelConfig(a, b, lk, rk, o, tile_k=128) for lk, rk in majors for a in kinds for b in kinds for o in outs
+    )
 
 
 FAMILY: tuple[KernelConfig, ...] = _family() + _mx_family()

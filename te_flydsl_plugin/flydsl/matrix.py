@@ -96,7 +96,8 @@ RULES: tuple[tuple[str, str], ...] = (
     (
         "non-K-major operands",
         "bf16/fp16/fp32 operands that are not K-major (NN's A, NT's A and B) need their contiguous dim to "
-        "be a multiple of the K multiple too (16-byte vectors)",
+        "be a multiple of the K multiple too (16-byte vectors); MXFP8 operands read from columnwise storage "
+        "(NN's A, NT's A and B) need it a multiple of 16",
     ),
     ("fp8 storage", "FP8 operands are read K-major: NN needs A's transpose, NT needs both transposes"),
     ("mxfp8 storage", "NN reads A columnwise; NT reads A and B columnwise; TN reads both rowwise"),

@@ -26,7 +26,7 @@ from te_flydsl_plugin.flydsl.mx_layout import pack_scales, packed_shape
 from te_flydsl_plugin.flydsl.plan_types import GemmPlan, KernelOperand, Piece
 from te_flydsl_plugin.spec import Format, Layout
 
-from ..gemm_cases import make_mxfp8, make_operand, shapes
+from ..gemm_cases import make_mxfp8, make_operand, shapes, te_math
 from .helpers import emulator_reason, needs_toolchain, tolerance
 
 F = Format
@@ -34,18 +34,23 @@ MX_BACKED = [c for c in compiled.BACKED if c.scaling == "mx"]
 _TORCH_OUT = {F.FP32: torch.float32, F.BF16: torch.bfloat16, F.FP16: torch.float16}
 
 
-def _operand(fmt: Format, rows: int, k: int, gen: torch.Generator) -> KernelOperand:
-    """A TN operand as the plan builds it: TE's rowwise data ``[rows, K]`` and its packed scales."""
+def _operand(fmt: Format, rows: int, k: int, k_major: bool, gen: torch.Generator) -> KernelOperand:
+    """An operand as the plan builds it: K-major from TE's rowwise data ``[rows, K]``, else from TE's
+    columnwise data ``[K, rows]`` (blocks along K), with its packed scales (TE's padding is poison)."""
     x = torch.randn(rows, k, generator=gen) * torch.exp2(torch.randint(-6, 6, (rows, 1), generator=gen).float())
-    op, _ = make_mxfp8(x, fmt, rowwise=True, columnwise=False)
-    packed = pack_scales(op.rowwise_scale_inv, rows, k, 1)  # TE's padding holds poison bytes
-    return KernelOperand(op.rowwise_data.view(rows, k), fmt, True, "rowwise", mx_scales=packed)
+    if k_major:
+        op, _ = make_mxfp8(x, fmt, rowwise=True, columnwise=False)
+        packed = pack_scales(op.rowwise_scale_inv, rows, k, 1)
+        return KernelOperand(op.rowwise_data.view(rows, k), fmt, True, "rowwise", mx_scales=packed)
+    op, _ = make_mxfp8(x.t().contiguous(), fmt, rowwise=False, columnwise=True)
+    packed = pack_scales(op.columnwise_scale_inv, rows, k, 0)
+    return KernelOperand(op.columnwise_data.view(k, rows), fmt, False, "columnwise", mx_scales=packed)
 
 
 def _plan(cfg: KernelConfig, m: int, n: int, k: int, alpha: float, beta: float, pieces=None) -> GemmPlan:
     gen = torch.Generator().manual_seed(m * 31 + n + k)
-    lhs = _operand(cfg.lhs_format, m, k, gen)
-    rhs = _operand(cfg.rhs_format, n, k, gen)
+    lhs = _operand(cfg.lhs_format, m, k, cfg.lhs_k_major, gen)
+    rhs = _operand(cfg.rhs_format, n, k, cfg.rhs_k_major, gen)
     out = torch.randn(m, n, generator=gen).to(_TORCH_OUT[cfg.out_format])
     return GemmPlan(
         problem=types.SimpleNamespace(epilogue="plain"),  # type: ignore[arg-type] - only the epilogue is read
@@ -72,12 +77,13 @@ def _run_and_compare(plan: GemmPlan) -> None:
 
 @needs_toolchain
 @pytest.mark.compile
-def test_mx_configs_are_the_tn_family() -> None:
-    """What is backed: every E4M3/E5M2 pair (mixed too) x fp32/bf16/fp16 out, TN (both K-major)."""
-    kinds = {(c.lhs_format, c.rhs_format, c.out_format) for c in MX_BACKED}
+def test_mx_configs_cover_every_kind_and_layout() -> None:
+    """What is backed: every E4M3/E5M2 pair (mixed too) x fp32/bf16/fp16 out x TN / NN / NT majorness."""
+    kinds = {(c.lhs_format, c.rhs_format, c.out_format, c.lhs_k_major, c.rhs_k_major) for c in MX_BACKED}
     mx_fmts = (F.MXFP8_E4M3, F.MXFP8_E5M2)
-    assert kinds == {(a, b, o) for a in mx_fmts for b in mx_fmts for o in _TORCH_OUT}
-    assert all(c.lhs_k_major and c.rhs_k_major and c.tile_k == mx.TILE_K for c in MX_BACKED)
+    majors = ((True, True), (True, False), (False, False))
+    assert kinds == {(a, b, o, *mj) for a in mx_fmts for b in mx_fmts for o in _TORCH_OUT for mj in majors}
+    assert len(MX_BACKED) == 36 and all(c.tile_k == mx.TILE_K for c in MX_BACKED)
 
 
 @needs_toolchain
@@ -105,6 +111,22 @@ def test_mx_isa_feeds_scales_from_registers() -> None:
     assert len(re.findall(r"^\s+buffer_load_dword v", text, re.M)) == 24
 
 
+@needs_toolchain
+@pytest.mark.compile
+@pytest.mark.parametrize("k_major", [(True, False), (False, False)], ids=["nn", "nt"])
+def test_mx_column_major_reads_lds_transposed(k_major: tuple[bool, bool]) -> None:
+    """NN / NT: the N/M-major operand's fragments come through gfx950's transposing 8-bit LDS read, and
+    the runtime K-step's byte is shifted down (op_sel 0) without spilling."""
+    cfg = KernelConfig(F.MXFP8_E5M2, F.MXFP8_E4M3, *k_major, F.BF16, tile_k=mx.TILE_K)
+    rep = compiled.isa_report(cfg)
+    assert rep["ok"] and rep["scratch_bytes"] == 0 and rep["spills"] == 0, rep
+    text = toolchain.disassemble(compiled.compile_config(cfg).code_object, "gfx950")
+    assert re.search(r"^\s+ds_read_b64_tr_b8 ", text, re.M)
+    assert "op_sel:[" not in "".join(re.findall(r"^\s+v_mfma_scale.*$", text, re.M))
+    # 12 words before the loop and 12 in it (bf16 output: the epilogue loads no dwords).
+    assert len(re.findall(r"^\s+buffer_load_dword v", text, re.M)) == 24
+
+
 @pytest.fixture
 def _emulator() -> None:
     reason = emulator_reason()
@@ -117,17 +139,23 @@ def _emulator() -> None:
 @pytest.mark.usefixtures("_emulator")
 @pytest.mark.parametrize("cfg", MX_BACKED, ids=lambda c: c.name)
 def test_mx_backed_matches_reference(cfg: KernelConfig) -> None:
-    """Edge tiles in M and N, K with a tail in its 512 group (K / 32 not a multiple of 4), padded scales."""
-    _run_and_compare(_plan(cfg, 37, 21, 160, 0.5, 0.75))
+    """Edge tiles in M and N, K with a tail in its 512 group (K / 32 not a multiple of 4), padded scales;
+    an N/M-major operand's rows are whole 16-byte vectors (the matrix's rule)."""
+    m = 37 if cfg.lhs_k_major else 48
+    n = 21 if cfg.rhs_k_major else 32
+    _run_and_compare(_plan(cfg, m, n, 160, 0.5, 0.75))
 
 
 @needs_toolchain
 @pytest.mark.emulator
 @pytest.mark.usefixtures("_emulator")
-@pytest.mark.parametrize(("m", "n", "k"), [(301, 139, 1056), (16, 272, 32)])
-def test_mx_several_tiles_and_groups(m: int, n: int, k: int) -> None:
+@pytest.mark.parametrize(
+    ("m", "n", "k", "k_major"),
+    [(301, 139, 1056, (True, True)), (16, 272, 32, (True, True)), (304, 144, 1056, (False, False))],
+)
+def test_mx_several_tiles_and_groups(m: int, n: int, k: int, k_major: tuple[bool, bool]) -> None:
     """Several workgroups, three K groups (the last one partial), and a K of one 32-block."""
-    cfg = KernelConfig(F.MXFP8_E5M2, F.MXFP8_E4M3, True, True, F.FP32, tile_k=mx.TILE_K)
+    cfg = KernelConfig(F.MXFP8_E5M2, F.MXFP8_E4M3, *k_major, F.FP32, tile_k=mx.TILE_K)
     assert cfg in compiled.BACKED
     _run_and_compare(_plan(cfg, m, n, k, 1.0, 0.0))
 
@@ -135,11 +163,12 @@ def test_mx_several_tiles_and_groups(m: int, n: int, k: int) -> None:
 @needs_toolchain
 @pytest.mark.emulator
 @pytest.mark.usefixtures("_emulator")
-def test_mx_host_split_pieces_slice_the_packed_scales() -> None:
+@pytest.mark.parametrize("k_major", [(True, True), (True, False)], ids=["tn", "nn"])
+def test_mx_host_split_pieces_slice_the_packed_scales(k_major: tuple[bool, bool]) -> None:
     """Pieces along M (whole 16-row tiles) and K (whole 512 groups) read slices of the packed words;
     the second K piece accumulates onto the first."""
-    cfg = KernelConfig(F.MXFP8_E4M3, F.MXFP8_E4M3, True, True, F.BF16, tile_k=mx.TILE_K)
-    m, n, k = 272, 40, 1056
+    cfg = KernelConfig(F.MXFP8_E4M3, F.MXFP8_E4M3, *k_major, F.BF16, tile_k=mx.TILE_K)
+    m, n, k = 272, 48, 1056
     pieces = tuple(Piece(m0, m1, 0, n, k0, k1) for m0, m1 in ((0, 256), (256, m)) for k0, k1 in ((0, 512), (512, k)))
     _run_and_compare(_plan(cfg, m, n, k, 1.0, 0.5, pieces))
 
@@ -184,22 +213,23 @@ def test_piece_words_is_a_slice() -> None:
 @needs_toolchain
 @pytest.mark.emulator
 @pytest.mark.usefixtures("_emulator")
-def test_mx_end_to_end_through_the_emulator_executor(native) -> None:
+@pytest.mark.parametrize("layout", [Layout.TN, Layout.NN, Layout.NT], ids=lambda x: x.value)
+def test_mx_end_to_end_through_the_emulator_executor(native, layout: Layout) -> None:
     """wrap_generic_gemm -> plan (one scale-pack launch per operand) -> the MX GEMM in the emulator."""
     from te_flydsl_plugin.flydsl.kernels import scale_pack
     from te_flydsl_plugin.host import dispatch
 
-    m, n, k = 40, 24, 544
+    m, n, k = 48, 32, 544
     gen = torch.Generator().manual_seed(3)
-    a_shape, b_shape = shapes(Layout.TN, m, n, k)
-    a = make_operand(a_shape, F.MXFP8_E4M3, gen, quant_rowwise=True)
-    b = make_operand(b_shape, F.MXFP8_E5M2, gen, quant_rowwise=True)
+    a_shape, b_shape = shapes(layout, m, n, k)
+    a = make_operand(a_shape, F.MXFP8_E4M3, gen, quant_rowwise=layout is Layout.TN)
+    b = make_operand(b_shape, F.MXFP8_E5M2, gen, quant_rowwise=layout is not Layout.NT)
     runs, packs = launch.launch_counts["emulator"], scale_pack.launch_counts["emulator"]
     try:
         dispatch.configure(backend="flydsl", executor="emulator", env={})
         gemm = tp.wrap_generic_gemm(native)
-        res = gemm(a.passed, True, b.passed, False, None, None, torch.float32, None, None, False, None,
-                   False, None, 0, False, False)  # fmt: skip
+        res = gemm(a.passed, layout is Layout.TN, b.passed, layout is Layout.NT, None, None, torch.float32, None,
+                   None, False, None, False, None, 0, False, False)  # fmt: skip
         stats = tp.stats()
     finally:
         dispatch.configure(backend="default", env={})
@@ -210,7 +240,7 @@ def test_mx_end_to_end_through_the_emulator_executor(native) -> None:
     assert launch.launch_counts["emulator"] == runs + 1, "the compiled MX GEMM did not run in the emulator"
     assert scale_pack.launch_counts["emulator"] == packs + 2, "expected one scale-pack launch per operand"
     assert not native.calls
-    want = b.value.reshape(m, k) @ a.value.reshape(n, k).t()
+    want = te_math(layout, a.value, b.value)
     err = (res[0].double() - want).norm() / want.norm()
     assert err < 1e-5, f"emulated MX GEMM vs dequantise-then-matmul: relative error {err:.3g}"
 
@@ -227,7 +257,8 @@ def _gfx950_reason() -> str | None:
 @pytest.mark.parametrize("cfg", MX_BACKED, ids=lambda c: c.name)
 def test_mx_on_gfx950(cfg: KernelConfig) -> None:
     """The compiled MX kernel ran on the GPU (launch counter) and matches the reference executor."""
-    plan = _plan(cfg, 1000, 1500, 4128, 1.0, 0.0)
+    m, n = (1000 if cfg.lhs_k_major else 1008), (1500 if cfg.rhs_k_major else 1504)  # N/M-major: 16-multiples
+    plan = _plan(cfg, m, n, 4128, 1.0, 0.0)
     dev = dataclasses.replace(
         plan,
         lhs=dataclasses.replace(plan.lhs, data=plan.lhs.data.cuda(), mx_scales=plan.lhs.mx_scales.cuda()),

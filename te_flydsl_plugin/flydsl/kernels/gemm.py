@@ -14,7 +14,8 @@ Design (docs/kernels.md has the reasons at length):
   ``t`` is multiplied. A runtime loop, so K is not unrolled into the code.
 * K-major operands are stored row-major in LDS with an XOR swizzle on 16-byte chunks (conflict-free
   ``ds_read_b128`` fragment reads); the others are stored K-outer and read with gfx950's
-  transposing ``ds_read_b64_tr_b16``, which gives TE's NN / NT layouts without any copy.
+  transposing ``ds_read_b64_tr_b16`` (``_b8`` for MXFP8), which gives TE's NN / NT layouts without
+  any copy.
 * Edges through buffer bounds: every element the tile does not own (rows past M/N, K past K) is
   loaded through an offset past the buffer resource's size, which the hardware answers with zero,
   and the matching stores are dropped the same way. So M and N need not be tile multiples and K only
@@ -22,6 +23,8 @@ Design (docs/kernels.md has the reasons at length):
 * XCD-aware tile order: the dispatcher deals workgroups round-robin to 8 XCDs; we renumber them so
   each XCD works on a contiguous range of tiles, grouped ``GROUP_M`` tile rows deep, so neighbouring
   tiles that share operand rows/columns hit the same XCD's L2.
+* MXFP8 is a scaling mode, not another kernel: the same pipeline with the E8M0 block scales of the
+  packed layout fed to the scaled MFMA from registers (``kernels/mx.py``).
 """
 
 from dataclasses import dataclass
@@ -104,7 +107,7 @@ def params_for(cfg: KernelConfig) -> GemmParams:
     if cfg.epilogue != "plain":
         raise ValueError(f"{cfg.name}: only the plain epilogue is implemented")
     itemsize = cfg.lhs_format.itemsize
-    if itemsize == 1 and not (cfg.lhs_k_major and cfg.rhs_k_major):
+    if cfg.scaling == "tensor" and not (cfg.lhs_k_major and cfg.rhs_k_major):
         raise ValueError(f"{cfg.name}: FP8 operands must be K-major (the plan uses TE's stored transposes)")
     m_waves, n_waves = _wave_grid(cfg)
     mma_k = _ELEM[cfg.lhs_format][1]
@@ -188,12 +191,15 @@ def _s2r_atom(p: GemmParams, elem: type, k_major: bool) -> fx.CopyAtom:
 
     A lane's fragment is ``mma_k / 4`` consecutive K elements of one row (16x16 MFMAs: 4 lane groups
     along K). K-major LDS holds them contiguously (one ``ds_read_b64``/``b128``). K-outer LDS holds
-    them one row apart: 16-bit formats use gfx950's transposing ``ds_read_b64_tr_b16``; fp32 (one
-    element per lane) reads single words.
+    them one row apart: 16-bit formats use gfx950's transposing ``ds_read_b64_tr_b16``, 8-bit ones
+    (MXFP8 from TE's columnwise storage) ``ds_read_b64_tr_b8``; fp32 (one element per lane) reads
+    single words.
     """
     frag_bits = p.mma_k // 4 * p.elem_bytes * 8
     if const_expr(k_major or p.elem_bytes == 4):
         return fx.make_copy_atom(fx.UniversalCopy(min(frag_bits, 128)), elem)
+    if const_expr(p.elem_bytes == 1):
+        return fx.make_copy_atom(fx.rocdl.cdna4.LDSReadTrans8_64b(), elem)
     return fx.make_copy_atom(fx.rocdl.cdna4.LDSReadTrans16_64b(), elem)
 
 
@@ -365,10 +371,8 @@ def gemm_kernel(
     # Ping-pong: the barrier after the wait both publishes tile t and proves every wave has finished
     # reading the stage that the next fill overwrites (it was read in iteration t - 1).
     if const_expr(p.mx):
-        # Groups of four K tiles share one scale word per repetition (kernels/mx.py): the K-step
-        # within the group is static, so is its op_sel byte. A group's words are loaded with the
-        # wait for its first tile's DMA (a group ahead would need 12 more VGPRs than the 256 a wave
-        # has at 2 waves per SIMD); the last group is peeled so no DMA is issued past it.
+        # Groups of four K tiles share one scale word per repetition (kernels/mx.py), loaded with the
+        # DMA of the group's first tile and waited for with it.
         mx_atoms = mx.mfma_atoms(elem_a, elem_b)
         m_reps = tile_m // (p.m_waves * 16)
         n_reps = tile_n // (p.n_waves * 16)
@@ -378,22 +382,44 @@ def gemm_kernel(
         sw_b = mx.ScaleWords(rhs_scale, col0, n, mx.rep_row_tiles(rows_b, n_reps))
         steps = mx.STEPS_PER_WORD
         groups = (k_tiles + steps - 1) // steps
-        fill_stage(0, 0)
-        for g in range(0, groups - 1, 1):
-            words = (mx.load_words(sw_a, g, groups), mx.load_words(sw_b, g, groups))
+        if const_expr(p.lhs_k_major and p.rhs_k_major):
+            # K-major: each group unrolled, so K-step j's byte is op_sel j (no shifts). Words are not
+            # loaded a group ahead: 12 more live VGPRs than the 256 a wave has at 2 waves per SIMD.
+            # The last group is peeled so no DMA is issued past it.
+            fill_stage(0, 0)
+            for g in range(0, groups - 1, 1):
+                words = (mx.load_words(sw_a, g, groups), mx.load_words(sw_b, g, groups))
+                for j in range_constexpr(steps):
+                    rocdl.s_waitcnt(vmcnt=0)
+                    rocdl.s_barrier()
+                    fill_stage((j + 1) % 2, g * steps + j + 1)
+                    multiply(j % 2, words, j)
+            last_group = (groups < 1).select(0, groups - 1)  # K = 0 multiplies zero-filled stages
+            words = (mx.load_words(sw_a, last_group, groups), mx.load_words(sw_b, last_group, groups))
             for j in range_constexpr(steps):
                 rocdl.s_waitcnt(vmcnt=0)
                 rocdl.s_barrier()
-                fill_stage((j + 1) % 2, g * steps + j + 1)
+                if const_expr(j < steps - 1):
+                    fill_stage((j + 1) % 2, last_group * steps + j + 1)
                 multiply(j % 2, words, j)
-        last_group = (groups < 1).select(0, groups - 1)  # K = 0 multiplies zero-filled stages
-        words = (mx.load_words(sw_a, last_group, groups), mx.load_words(sw_b, last_group, groups))
-        for j in range_constexpr(steps):
+        else:
+            # An N/M-major operand's transposed fragment reads need more VGPRs, and the unrolled group
+            # then spills (27+ even with unit scales): keep the one-tile loop and move byte t % 4 of
+            # each word down (12 shifts per K-step, op_sel 0).
+            fill_stage(0, 0)
+            words = (mx.load_words(sw_a, 0, groups), mx.load_words(sw_b, 0, groups))
+            for t in range(0, k_tiles - 1, 1):
+                rocdl.s_waitcnt(vmcnt=0)
+                rocdl.s_barrier()
+                fill_stage((t + 1) % 2, t + 1)
+                multiply(t % 2, mx.byte_down(words, t))
+                if (t + 1) % steps == 0:  # the next tile opens a group: its words land with its data
+                    group = (t + 1) // steps
+                    words = (mx.load_words(sw_a, group, groups), mx.load_words(sw_b, group, groups))
             rocdl.s_waitcnt(vmcnt=0)
             rocdl.s_barrier()
-            if const_expr(j < steps - 1):
-                fill_stage((j + 1) % 2, last_group * steps + j + 1)
-            multiply(j % 2, words, j)
+            last = (k_tiles < 1).select(1, k_tiles)  # K = 0 multiplies the zero-filled stage 0
+            multiply((last + 1) % 2, mx.byte_down(words, last - 1))
     else:
         fill_stage(0, 0)
         for t in range(0, k_tiles - 1, 1):

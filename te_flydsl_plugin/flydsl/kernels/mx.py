@@ -8,13 +8,15 @@ So per 512 K a wave loads one dword per 16-row MFMA repetition of each operand (
 the rhs with the 256 x 256 tile and 2 x 4 waves), keeps them in VGPRs, and the four K-steps pick their
 byte with the instruction's ``op_sel`` immediate: four atom types (one per byte), no shifts, no LDS.
 
-With ``tile_k == 128`` one K tile is one K-step, so the kernel walks K in groups of four K tiles (one
-scale word each, the step's byte static in the unrolled group). A group's 12 words are issued just
-before the wait for its first tile's DMA, so they travel with that data; loading them a whole group
-earlier would keep 12 more VGPRs live than the 256 a wave owns at 8 waves (2 per SIMD) and spill.
-The K tail is padded to the group: tiles past K load zeros (buffer bounds) and the packed layout
-pads their scale bytes with 127 (2^0), so the result is exact and the cost is at most three K tiles
-of MFMAs on the last group only.
+With ``tile_k == 128`` one K tile is one K-step and a group of four K tiles shares the words. When
+both operands are K-major the kernel unrolls the group, so step ``j``'s byte is ``op_sel`` ``j``; the
+N/M-major configs (transposed 8-bit LDS reads, more address VGPRs) would spill unrolled, so they keep
+the one-tile runtime loop and shift the step's byte down (:func:`byte_down`, ``op_sel`` 0). Either
+way a group's 12 words are issued with the DMA of its first tile and waited for with it; loading
+them a whole group earlier would keep 12 more VGPRs live than the 256 a wave owns at 8 waves (2 per
+SIMD) and spill. In the unrolled form the K tail is padded to the group: tiles past K load zeros
+(buffer bounds) and the packed layout pads their scale bytes with 127 (2^0), so the result is exact
+and the cost is at most three K tiles of MFMAs on the last group only.
 
 The scale tensors reach the kernel as int32 views ``[row_tiles, groups * 64]`` of the packed bytes
 whose leading stride (words per 16-row tile of the whole operand) is a runtime layout value, so a
@@ -98,6 +100,16 @@ def load_words(sw: ScaleWords, group: fx.Int32, groups: fx.Int32) -> list[fx.Int
         soff = fx.Int32(fx.get_scalar(fx.crd2idx((fx.Int32(tile), group * WORDS_PER_GROUP), sw.layout))) * 4
         words.append(fx.Int32(_rocdl.raw_ptr_buffer_load(T.i32, sw.rsrc, voff, fx.as_ir_value(soff))))
     return words
+
+
+def byte_down(words: tuple[list[fx.Int32], ...], t: fx.Int32) -> tuple[list[fx.Int32], ...]:
+    """The words with byte ``t % 4`` (K tile ``t``'s scale) moved to byte 0, for ``op_sel`` 0.
+
+    Only for loops whose K-step is a runtime value (the N/M-major configs): the MFMA reads the low
+    byte, so the higher bytes left in place are ignored.
+    """
+    shift = (t % STEPS_PER_WORD) * 8
+    return tuple([w >> shift for w in ws] for ws in words)
 
 
 def scaled_gemm(
