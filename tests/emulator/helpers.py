@@ -89,7 +89,7 @@ class Program:
             if inst.opcode.startswith(("s_branch", "s_cbranch")) and inst.operands:
                 inst.branch_target = 0x1000 + 8 * (i + 1 + int(inst.operands[0].value))
         self.lds = np.zeros(max(lds_bytes, 1), np.uint8)
-        self.tracker = HazardTracker("test", hazards, lds_bytes)
+        self.tracker = HazardTracker("test", hazards, self.lds)
         self.ctx = ctx = BindContext(
             kernel="test",
             address_to_index={inst.address: i for i, inst in enumerate(self.insts)},
@@ -119,6 +119,8 @@ class Program:
                         self.steps[w.pc - 1](w)
             for w in ws:
                 w.at_barrier = False
+                if w.done:
+                    self.tracker.finish(w)
             self.tracker.barrier_released()
         return ws
 

@@ -487,3 +487,37 @@ def test_cvt_fp8_sdwa_selects_as_llvm_emits_them() -> None:
     np.testing.assert_array_equal(vf32(w, 1), tab[codes + 64])
     np.testing.assert_array_equal(vf32(w, 2), tab[codes + 128])
     np.testing.assert_array_equal(vf32(w, 3), tab[codes + 192])
+
+
+def test_scratch_spill_and_reload() -> None:
+    """Architected flat scratch (gfx940+): each lane has its own private segment."""
+    prog = Program(
+        """
+        scratch_store_dwordx4 off, a[0:3], off offset:8
+        scratch_store_dword v9, v0, off
+        s_waitcnt vmcnt(0)
+        scratch_load_dwordx4 v[4:7], off, off offset:8
+        scratch_load_dword v8, v9, off
+        s_waitcnt vmcnt(0)
+        """
+    )
+
+    def setup(w):  # type: ignore[no-untyped-def]
+        w.scratch = np.zeros((64, 32), np.uint8)
+        w.a[0:4] = LANE[None, :] * 10 + np.arange(4, dtype=np.uint32)[:, None]
+        vset(w, 0, LANE + 1000)
+        vset(w, 9, 28)
+
+    (w,) = prog.run(setup)
+    assert (w.v[4:8] == w.a[0:4]).all() and (w.v[8] == LANE + 1000).all()
+    bad = Program("scratch_store_dword off, v0, off offset:32")
+    with pytest.raises(EmulatorError, match="outside the 32-byte private segment"):
+        bad.run(lambda w: setattr(w, "scratch", np.zeros((64, 32), np.uint8)))
+
+
+def test_mov_b64() -> None:
+    (w,) = Program("v_mov_b64_e32 v[2:3], v[0:1]\nv_mov_b64_e32 v[4:5], s[4:5]").run(
+        lambda w: (vset(w, 0, LANE), vset(w, 1, LANE + 7), w.sset(4, 0x1122334455667788, 2))
+    )
+    assert (w.v[2] == LANE).all() and (w.v[3] == LANE + 7).all()
+    assert (w.v[4] == 0x55667788).all() and (w.v[5] == 0x11223344).all()

@@ -9,7 +9,9 @@ whatever the order), and this module tracks what a real wave would still have in
   ``lgkmcnt(0)`` retires anything on that counter. A register written by a load stays *pending*
   until its operation retires; reading it, or overwriting it, before then is a hazard ("unwaited-load").
 * **LDS in flight.** LDS bytes written by a direct global->LDS load (``buffer_load ... lds``, on
-  ``vmcnt``) or by a ``ds_write`` (on ``lgkmcnt``) are pending the same way. Reading them before
+  ``vmcnt``) or by a ``ds_write`` (on ``lgkmcnt``) are pending the same way. Direct loads also
+  *land* only when waited for (or when the wave ends), so a kernel that reads a stage before its
+  wait reads the old contents, as it would on hardware while the load is in flight. Reading them before
   the writer has waited is a hazard ("unwaited-lds"), except a wave reading its own ``ds_write``
   (LDS operations of one wave complete in order).
 * **Races.** Every LDS byte remembers which wave last wrote and read it and in which barrier
@@ -60,12 +62,14 @@ class WaveCounters:
     pending_s: dict[int, tuple[str, int, int]] = field(default_factory=dict)
     # lgkm sequence numbers of scalar-memory loads: they return out of order (see wait)
     smem_seqs: list[int] = field(default_factory=list)
+    # direct global->LDS loads not yet landed: (vm sequence number, LDS byte addresses, bytes)
+    dma: list[tuple[int, np.ndarray, np.ndarray]] = field(default_factory=list)
 
 
 class HazardTracker:
     """Hazard bookkeeping for one launch; ``mode`` is "raise", "report" or "off"."""
 
-    def __init__(self, kernel: str, mode: str, lds_size: int) -> None:
+    def __init__(self, kernel: str, mode: str, lds: np.ndarray) -> None:
         if mode not in ("raise", "report", "off"):
             raise ValueError(f"hazards must be 'raise', 'report' or 'off', not {mode!r}")
         self.kernel = kernel
@@ -75,7 +79,8 @@ class HazardTracker:
         self._seen: set[tuple[int, str]] = set()
         self.workgroup: tuple[int, int, int] = (0, 0, 0)
         self.waves: list[Wave] = []
-        self._lds_size = lds_size
+        self.lds = lds
+        self._lds_size = lds.size
         self.reset_workgroup((0, 0, 0), [])
 
     # -- bookkeeping ---------------------------------------------------------------------------
@@ -92,6 +97,7 @@ class HazardTracker:
         self.p_wave = np.full(n, -1, np.int16)
         self.p_seq = np.zeros(n, np.int64)
         self.p_vm = np.zeros(n, bool)
+        self.p_addr = np.zeros(n, np.int64)  # the writing instruction, for the report
         for w in waves:
             w.hazards = WaveCounters()
 
@@ -127,7 +133,6 @@ class HazardTracker:
         c.issued[counter] += 1
         seq = c.issued[counter]
         if not self.enabled:
-            c.retired[counter] = seq
             return seq
         if vregs is not None:
             kind, idx, n = vregs
@@ -148,11 +153,33 @@ class HazardTracker:
         c.smem_seqs = [q for q in c.smem_seqs if q > c.retired["lgkm"]]
         if lgkmcnt == 0 or not c.smem_seqs:
             c.retired["lgkm"] = max(c.retired["lgkm"], c.issued["lgkm"] - lgkmcnt)
+        if c.dma:
+            self._land_dma(w, c.retired["vm"])
         ret = c.retired
         if c.pending_regs:
             c.pending_regs = {k: v for k, v in c.pending_regs.items() if v[1] > ret[v[0]]}
         for r in [r for r, v in c.pending_s.items() if v[1] <= ret[v[0]]]:
             del c.pending_s[r]  # in place: the scheduler holds this dict
+
+    def defer_dma(self, w: Wave, seq: int, addrs: np.ndarray, data: np.ndarray) -> None:
+        """A direct global->LDS load's bytes land in LDS when the wave waits for it (vmcnt), not at issue:
+        a read before the wait sees what was there before, as on hardware where the load is still in
+        flight (and is reported as "unwaited-lds")."""
+        w.hazards.dma.append((seq, addrs, data))
+
+    def _land_dma(self, w: Wave, upto: int) -> None:
+        keep = []
+        for seq, addrs, data in w.hazards.dma:
+            if seq <= upto:
+                self.lds[addrs] = data
+            else:
+                keep.append((seq, addrs, data))
+        w.hazards.dma = keep
+
+    def finish(self, w: Wave) -> None:
+        """The wave ended (or its workgroup did): whatever it loaded into LDS has landed."""
+        if w.hazards.dma:
+            self._land_dma(w, w.hazards.issued["vm"])
 
     def _still_pending(self, w: Wave, entry: tuple[str, int, int]) -> bool:
         return entry[1] > w.hazards.retired[entry[0]]
@@ -211,6 +238,7 @@ class HazardTracker:
         self.p_wave[addrs] = wid
         self.p_seq[addrs] = seq
         self.p_vm[addrs] = counter == "vm"
+        self.p_addr[addrs] = inst.address
 
     def lds_read(self, w: Wave, addrs: np.ndarray, inst: Inst) -> None:
         """LDS bytes ``addrs`` read by wave ``w``: check in-flight writes and races, then record."""
@@ -246,7 +274,8 @@ class HazardTracker:
                         w,
                         inst,
                         "unwaited-lds",
-                        f"reads LDS byte 0x{a0:x} whose write by wave {int(owner)} was not waited for ({cnt})",
+                        f"reads LDS byte 0x{a0:x} written by wave {int(owner)} at 0x{int(self.p_addr[a0]):x}, "
+                        f"not waited for ({cnt})",
                     )
                     break
         fresh = self.r_epoch[addrs] != cur

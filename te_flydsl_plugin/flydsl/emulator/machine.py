@@ -120,6 +120,7 @@ class Wave:
         self.exec_mask = np.zeros(LANES, bool)
         self.exec_full = False
         self.hazards = WaveCounters()  # replaced per workgroup by HazardTracker.reset_workgroup
+        self.scratch = np.zeros((LANES, 0), np.uint8)  # each lane's private segment (spills)
         self.back_branches = 0  # taken backward branches: a runaway loop is stopped (see ops_salu)
 
     # -- EXEC / VCC -------------------------------------------------------------------------

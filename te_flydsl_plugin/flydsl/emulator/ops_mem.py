@@ -152,9 +152,10 @@ def _bind_global_load_lds(inst: Inst, ctx: BindContext) -> Step:
         data = mem.gather(addr(w)[lanes], nbytes)
         la = ((w.s[M0] & 0x3FFFF) + inst_off + _LANE_IDX[lanes] * nbytes)[:, None] + np.arange(nbytes)
         inr = la < lds.size
-        lds[la[inr]] = data[inr]
+        flat = la[inr].astype(np.int64)
         seq = hz.issue(w, "vm", inst)
-        hz.lds_write(w, la[inr].astype(np.int64), inst, "vm", seq)
+        hz.defer_dma(w, seq, flat, data[inr])
+        hz.lds_write(w, flat, inst, "vm", seq)
 
     return step
 
@@ -170,6 +171,82 @@ for _s in _WIDTH:
     else:
         op(f"global_load_{_s}")(_bind_global_load)
         op(f"global_store_{_s}")(_bind_global_store)
+
+
+# -- scratch (architected flat scratch, gfx940+) ------------------------------------------------
+
+
+def _scratch_addr(ctx: BindContext, inst: Inst, vaddr: Operand, saddr: Operand) -> Callable[[Wave], np.ndarray]:
+    """Per-lane offsets into the lane's own private segment: vaddr + saddr + offset (each optional)."""
+    off = inst.mod_int("offset", 0)
+    vrd = _vreg_read(ctx, inst, vaddr, 1) if vaddr.kind in ("v", "a") else None
+    srd = sreader(saddr) if saddr.kind != "off" else None
+
+    def addr(w: Wave) -> np.ndarray:
+        a = np.full(LANES, off, np.int64)
+        if vrd is not None:
+            a += vrd(w)[0].astype(np.int64)
+        if srd is not None:
+            a += srd(w)
+        return a
+
+    return addr
+
+
+def _scratch_index(w: Wave, ctx: BindContext, inst: Inst, a: np.ndarray, nbytes: int) -> np.ndarray:
+    idx = a[:, None] + np.arange(nbytes)
+    if idx.size and (idx.min() < 0 or idx.max() >= w.scratch.shape[1]):
+        raise EmulatorError(
+            f"{ctx.kernel}: {inst.text} at 0x{inst.address:x} addresses private byte {int(idx.max())} "
+            f"outside the {w.scratch.shape[1]}-byte private segment"
+        )
+    return idx
+
+
+def _bind_scratch_load(inst: Inst, ctx: BindContext) -> Step:
+    suffix = inst.opcode.removeprefix("scratch_load_")
+    nbytes = _WIDTH[suffix]
+    d, vaddr, saddr = inst.operands[:3]
+    addr = _scratch_addr(ctx, inst, vaddr, saddr)
+    nregs = max(nbytes // 4, 1)
+    write = _vdata_writer(ctx, inst, d, nregs)
+    hz = ctx.hazards
+
+    def step(w: Wave) -> None:
+        lanes = w.exec_mask
+        raw = np.zeros((LANES, nbytes), np.uint8)
+        rows = np.flatnonzero(lanes)
+        raw[rows] = w.scratch[rows[:, None], _scratch_index(w, ctx, inst, addr(w)[rows], nbytes)]
+        write(w, _bytes_to_regs(raw, suffix), lanes)
+        hz.issue(w, "vm", inst, vregs=(d.kind, d.index, nregs))
+
+    return step
+
+
+def _bind_scratch_store(inst: Inst, ctx: BindContext) -> Step:
+    nbytes = _WIDTH[inst.opcode.removeprefix("scratch_store_")]
+    vaddr, data, saddr = inst.operands[:3]
+    addr = _scratch_addr(ctx, inst, vaddr, saddr)
+    rd = _vreg_read(ctx, inst, data, max(nbytes // 4, 1))
+    hz = ctx.hazards
+
+    def step(w: Wave) -> None:
+        rows = np.flatnonzero(w.exec_mask)
+        idx = _scratch_index(w, ctx, inst, addr(w)[rows], nbytes)
+        w.scratch[rows[:, None], idx] = _regs_to_bytes(rd(w), nbytes)[rows]
+        hz.issue(w, "vm", inst)
+
+    return step
+
+
+for _s in _WIDTH:
+    if _s in ("byte", "short"):
+        op(f"scratch_store_{_s}")(_bind_scratch_store)
+    elif _s in ("ubyte", "sbyte", "ushort", "sshort"):
+        op(f"scratch_load_{_s}")(_bind_scratch_load)
+    else:
+        op(f"scratch_load_{_s}")(_bind_scratch_load)
+        op(f"scratch_store_{_s}")(_bind_scratch_store)
 
 
 # -- buffer -------------------------------------------------------------------------------------
@@ -249,8 +326,8 @@ def _bind_buffer_load(inst: Inst, ctx: BindContext) -> Step:
             la = (lbase + _LANE_IDX[lanes] * nbytes)[:, None] + np.arange(nbytes)
             inr = la < lds_size
             flat = la[inr]
-            lds[flat] = data[lanes][inr]
             seq = hz.issue(w, "vm", inst)
+            hz.defer_dma(w, seq, flat.astype(np.int64), data[lanes][inr])
             hz.lds_write(w, flat.astype(np.int64), inst, "vm", seq)
 
         return to_lds

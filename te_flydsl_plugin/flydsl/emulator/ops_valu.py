@@ -778,3 +778,11 @@ op("v_pk_fma_f16")(lambda inst, ctx: _pk_f16(inst, ctx, 3, lambda a, b, c: a * b
 def _f64_to_f16_bits(x: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore"):
         return np.asarray(x, np.float64).astype(np.float16).view(np.uint16).astype(U32)
+
+
+@op("v_mov_b64", "v_mov_b64_e32", "v_mov_b64_e64")
+def _mov_b64(inst: Inst, ctx: BindContext) -> Step:
+    """gfx940+: a 64-bit move (a VGPR pair, an SGPR pair or a 64-bit constant)."""
+    dst = vwriter(inst.operands[0], ctx, inst, "b64")
+    src = vreader(inst.operands[1], ctx, inst, "b64")
+    return lambda w: dst(w, src(w))

@@ -217,8 +217,6 @@ def _launch(
     insts = text[k.name]
     if len(kernarg) < k.kernarg_size:
         raise EmulatorError(f"{k.name}: kernarg is {len(kernarg)} bytes, the kernel reads {k.kernarg_size}")
-    if k.descriptor.private_segment_fixed_size:
-        raise EmulatorError(f"{k.name}: uses {k.descriptor.private_segment_fixed_size} B of scratch (not emulated)")
     nthreads = block[0] * block[1] * block[2]
     if k.reqd_workgroup_size and tuple(block) != tuple(k.reqd_workgroup_size):
         raise EmulatorError(f"{k.name}: block {block} differs from the required workgroup size {k.reqd_workgroup_size}")
@@ -227,8 +225,8 @@ def _launch(
     karg_buf = (ctypes.c_uint8 * max(len(kernarg), 8)).from_buffer_copy(bytes(kernarg).ljust(8, b"\0"))
     karg_addr = ctypes.addressof(karg_buf)
     pkt = _dispatch_packet(grid, block, lds_size, karg_addr)
-    tracker = HazardTracker(k.name, hazards, lds_size)
     lds = np.zeros(max(lds_size, 1), np.uint8)
+    tracker = HazardTracker(k.name, hazards, lds)
     ctx = BindContext(
         kernel=k.name,
         address_to_index={inst.address: i for i, inst in enumerate(insts)},
@@ -253,6 +251,8 @@ def _launch(
         tracker.reset_workgroup(wg, waves)
         for w in waves:
             _init_wave(w, k, wg, block, karg_addr, ctypes.addressof(pkt), nwaves)
+            if k.descriptor.private_segment_fixed_size:
+                w.scratch = np.zeros((LANES, k.descriptor.private_segment_fixed_size), np.uint8)
         while True:
             for w in waves:
                 if w.done or w.at_barrier:
@@ -284,6 +284,9 @@ def _launch(
                     raise EmulatorError(
                         f"{k.name}: {inst.opcode} at 0x{inst.address:x} ({inst.text}) failed: {e!r}"
                     ) from e
+            for w in waves:
+                if w.done:
+                    tracker.finish(w)
             live = [w for w in waves if not w.done]
             if not live:
                 break
