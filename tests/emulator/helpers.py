@@ -119,8 +119,6 @@ class Program:
                         self.steps[w.pc - 1](w)
             for w in ws:
                 w.at_barrier = False
-                if w.done:
-                    self.tracker.finish(w)
             self.tracker.barrier_released()
         return ws
 

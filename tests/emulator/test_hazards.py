@@ -114,24 +114,3 @@ def test_scalar_loads_retire_only_with_lgkmcnt_zero() -> None:
     ok = Program(asm.replace("lgkmcnt(1)", "lgkmcnt(0)"), lds_bytes=256, hazards="report")
     ok.run(lambda w: (w.sset(0, ctypes.addressof(buf), 2), vset(w, 0, LANE * 4)))
     assert ok.tracker.found == []
-
-
-def test_direct_lds_load_lands_at_its_wait() -> None:
-    """Read before the vmcnt wait: the old LDS contents (and a hazard); after it: the new data."""
-    src = torch.arange(64, dtype=torch.int32) + 500
-    prog = Program(
-        "s_mov_b32 m0, 0\nbuffer_load_dword v0, s[8:11], 0 offen lds\nds_read_b32 v2, v1\ns_waitcnt lgkmcnt(0)\n"
-        "s_waitcnt vmcnt(0)\nds_read_b32 v3, v1\ns_waitcnt lgkmcnt(0)",
-        lds_bytes=256,
-        hazards="report",
-    )
-
-    def setup(w):  # type: ignore[no-untyped-def]
-        prog.lds[:] = 7
-        vset(w, 0, LANE * 4)
-        vset(w, 1, LANE * 4)
-        _rsrc(w, src)
-
-    (w,) = prog.run(setup)
-    assert (w.v[2] == 0x07070707).all() and (w.v[3] == LANE + 500).all()
-    assert [h.kind for h in prog.tracker.found] == ["unwaited-lds"]

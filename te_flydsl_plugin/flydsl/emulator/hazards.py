@@ -9,9 +9,10 @@ whatever the order), and this module tracks what a real wave would still have in
   ``lgkmcnt(0)`` retires anything on that counter. A register written by a load stays *pending*
   until its operation retires; reading it, or overwriting it, before then is a hazard ("unwaited-load").
 * **LDS in flight.** LDS bytes written by a direct global->LDS load (``buffer_load ... lds``, on
-  ``vmcnt``) or by a ``ds_write`` (on ``lgkmcnt``) are pending the same way. Direct loads also
-  *land* only when waited for (or when the wave ends), so a kernel that reads a stage before its
-  wait reads the old contents, as it would on hardware while the load is in flight. Reading them before
+  ``vmcnt``) or by a ``ds_write`` (on ``lgkmcnt``) are pending the same way. Their data lands at
+  issue: a kernel that issues a burst of loads and reads a stage before the wait that formally
+  covers it usually works on hardware (in-order returns, similar latencies); the emulator computes
+  what such a kernel computes there and reports the read. Reading them before
   the writer has waited is a hazard ("unwaited-lds"), except a wave reading its own ``ds_write``
   (LDS operations of one wave complete in order).
 * **Races.** Every LDS byte remembers which wave last wrote and read it and in which barrier
@@ -62,8 +63,6 @@ class WaveCounters:
     pending_s: dict[int, tuple[str, int, int]] = field(default_factory=dict)
     # lgkm sequence numbers of scalar-memory loads: they return out of order (see wait)
     smem_seqs: list[int] = field(default_factory=list)
-    # direct global->LDS loads not yet landed: (vm sequence number, LDS byte addresses, bytes)
-    dma: list[tuple[int, np.ndarray, np.ndarray]] = field(default_factory=list)
 
 
 class HazardTracker:
@@ -153,33 +152,11 @@ class HazardTracker:
         c.smem_seqs = [q for q in c.smem_seqs if q > c.retired["lgkm"]]
         if lgkmcnt == 0 or not c.smem_seqs:
             c.retired["lgkm"] = max(c.retired["lgkm"], c.issued["lgkm"] - lgkmcnt)
-        if c.dma:
-            self._land_dma(w, c.retired["vm"])
         ret = c.retired
         if c.pending_regs:
             c.pending_regs = {k: v for k, v in c.pending_regs.items() if v[1] > ret[v[0]]}
         for r in [r for r, v in c.pending_s.items() if v[1] <= ret[v[0]]]:
             del c.pending_s[r]  # in place: the scheduler holds this dict
-
-    def defer_dma(self, w: Wave, seq: int, addrs: np.ndarray, data: np.ndarray) -> None:
-        """A direct global->LDS load's bytes land in LDS when the wave waits for it (vmcnt), not at issue:
-        a read before the wait sees what was there before, as on hardware where the load is still in
-        flight (and is reported as "unwaited-lds")."""
-        w.hazards.dma.append((seq, addrs, data))
-
-    def _land_dma(self, w: Wave, upto: int) -> None:
-        keep = []
-        for seq, addrs, data in w.hazards.dma:
-            if seq <= upto:
-                self.lds[addrs] = data
-            else:
-                keep.append((seq, addrs, data))
-        w.hazards.dma = keep
-
-    def finish(self, w: Wave) -> None:
-        """The wave ended (or its workgroup did): whatever it loaded into LDS has landed."""
-        if w.hazards.dma:
-            self._land_dma(w, w.hazards.issued["vm"])
 
     def _still_pending(self, w: Wave, entry: tuple[str, int, int]) -> bool:
         return entry[1] > w.hazards.retired[entry[0]]

@@ -153,8 +153,8 @@ def _bind_global_load_lds(inst: Inst, ctx: BindContext) -> Step:
         la = ((w.s[M0] & 0x3FFFF) + inst_off + _LANE_IDX[lanes] * nbytes)[:, None] + np.arange(nbytes)
         inr = la < lds.size
         flat = la[inr].astype(np.int64)
+        lds[flat] = data[inr]
         seq = hz.issue(w, "vm", inst)
-        hz.defer_dma(w, seq, flat, data[inr])
         hz.lds_write(w, flat, inst, "vm", seq)
 
     return step
@@ -326,8 +326,8 @@ def _bind_buffer_load(inst: Inst, ctx: BindContext) -> Step:
             la = (lbase + _LANE_IDX[lanes] * nbytes)[:, None] + np.arange(nbytes)
             inr = la < lds_size
             flat = la[inr]
+            lds[flat] = data[lanes][inr]
             seq = hz.issue(w, "vm", inst)
-            hz.defer_dma(w, seq, flat.astype(np.int64), data[lanes][inr])
             hz.lds_write(w, flat.astype(np.int64), inst, "vm", seq)
 
         return to_lds

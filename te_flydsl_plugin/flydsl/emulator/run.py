@@ -284,9 +284,6 @@ def _launch(
                     raise EmulatorError(
                         f"{k.name}: {inst.opcode} at 0x{inst.address:x} ({inst.text}) failed: {e!r}"
                     ) from e
-            for w in waves:
-                if w.done:
-                    tracker.finish(w)
             live = [w for w in waves if not w.done]
             if not live:
                 break
