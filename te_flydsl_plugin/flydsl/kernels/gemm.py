@@ -412,10 +412,14 @@ def gemm_kernel(
                 rocdl.s_waitcnt(vmcnt=0)
                 rocdl.s_barrier()
                 fill_stage((t + 1) % 2, t + 1)
-                multiply(t % 2, mx.byte_down(words, t))
-                if (t + 1) % steps == 0:  # the next tile opens a group: its words land with its data
+                upcoming = words
+                # The next tile opens a group: its words are issued with its DMA, before this tile's
+                # MFMAs, which hide their latency (the 12 extra live VGPRs fit in this form).
+                if (t + 1) % steps == 0:
                     group = (t + 1) // steps
-                    words = (mx.load_words(sw_a, group, groups), mx.load_words(sw_b, group, groups))
+                    upcoming = (mx.load_words(sw_a, group, groups), mx.load_words(sw_b, group, groups))
+                multiply(t % 2, mx.byte_down(words, t))
+                words = upcoming
             rocdl.s_waitcnt(vmcnt=0)
             rocdl.s_barrier()
             last = (k_tiles < 1).select(1, k_tiles)  # K = 0 multiplies the zero-filled stage 0

@@ -12,9 +12,11 @@ With ``tile_k == 128`` one K tile is one K-step and a group of four K tiles shar
 both operands are K-major the kernel unrolls the group, so step ``j``'s byte is ``op_sel`` ``j``; the
 N/M-major configs (transposed 8-bit LDS reads, more address VGPRs) would spill unrolled, so they keep
 the one-tile runtime loop and shift the step's byte down (:func:`byte_down`, ``op_sel`` 0). Either
-way a group's 12 words are issued with the DMA of its first tile and waited for with it; loading
-them a whole group earlier would keep 12 more VGPRs live than the 256 a wave owns at 8 waves (2 per
-SIMD) and spill. In the unrolled form the K tail is padded to the group: tiles past K load zeros
+way a group's 12 words are issued with the DMA of its first tile and waited for with it. In the
+runtime loop they are issued before the MFMAs of the previous tile, which hide their latency; the
+unrolled form issues them just before the wait, because keeping both groups' words live there
+needs 12 more VGPRs than the 256 a wave owns at 8 waves (2 per SIMD) and spills. In the unrolled
+form the K tail is padded to the group: tiles past K load zeros
 (buffer bounds) and the packed layout pads their scale bytes with 127 (2^0), so the result is exact
 and the cost is at most three K tiles of MFMAs on the last group only.
 
