@@ -159,7 +159,7 @@ def test_operands_over_2gib_are_accepted_and_split(name, layout, m, n, k):
 )  # fmt: skip
 def test_split_pieces_compute_the_same_result(layout, epi):
     """The host split, executed: a tiny launch limit forces M, N and K pieces; results match torch."""
-    m, n, k = 300, 264, 136
+    m, n, k = 700, 1100, 600
     gen = torch.Generator().manual_seed(1)
     a_shape, b_shape = shapes(layout, m, n, k)
     a, b = torch.randn(a_shape, generator=gen), torch.randn(b_shape, generator=gen)
@@ -168,9 +168,12 @@ def test_split_pieces_compute_the_same_result(layout, epi):
     c = GemmCall(a, layout is Layout.TN, b, layout is Layout.NT, None, None, torch.float32, bias, None,
                  epi == "dgelu", gelu_in, epi in ("bgrad", "dgelu"), None, 0, False, False)  # fmt: skip
     p = problem.build(c, operands.spec_of(a), operands.spec_of(b), "cpu", "cpu")
-    plan = _plan.build(p, c, limit=20_000)
-    assert len({(pc.k0, pc.k1) for pc in plan.pieces}) > 1 or layout is Layout.TN
-    assert len(plan.pieces) > 4
+    plan = _plan.build(p, c, limit=1_200_000)
+    assert len({(pc.m0, pc.m1) for pc in plan.pieces}) == 3, "M must be split (the output window is too big)"
+    # K is split exactly when an operand is not K-major (its window spans whole K rows of the other dim).
+    assert (len({(pc.k0, pc.k1) for pc in plan.pieces}) > 1) is (layout is not Layout.TN)
+    assert all(pc.m0 % 256 == 0 and pc.n0 % 256 == 0 and pc.k0 % 4 == 0 for pc in plan.pieces), plan.pieces
+    assert all(v <= 1_200_000 for span in _plan.launch_spans(plan) for v in span.values())
     run_reference(plan)
     want = te_math(layout, a.double(), b.double())
     if epi == "bias":

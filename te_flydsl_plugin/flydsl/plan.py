@@ -81,24 +81,26 @@ def _span(rows: int, cols: int, pitch: int, itemsize: int) -> int:
 
 
 def _shrink(n: int, align: int) -> int:
-    half = (n + 1) // 2
-    return max(align, (half + align - 1) // align * align) if half > align else max(1, half)
+    """About half of ``n`` as a multiple of ``align`` and below ``n``; ``n`` itself when there is none.
+
+    Pieces start on multiples of ``align`` so that every piece's view of an operand starts on a whole
+    vector (and, along M/N, on a whole output tile and a whole 16-row group of packed MX scales).
+    """
+    half = -(-((n + 1) // 2) // align) * align
+    return half if half < n else n
 
 
 def split(
-    m: int,
-    n: int,
-    k: int,
-    lhs: KernelOperand,
-    rhs: KernelOperand,
-    out_itemsize: int,
-    k_align: int,
-    limit: int,
+    m: int, n: int, k: int, lhs: KernelOperand, rhs: KernelOperand, out_itemsize: int, k_align: int, limit: int
 ) -> tuple[Piece, ...]:
-    """Pieces covering the ``m x n`` output (and K) so every window a piece addresses fits ``limit`` bytes."""
+    """Pieces covering the ``m x n`` output (and K) so every window a piece addresses fits ``limit`` bytes.
+
+    Each step shrinks the dimension that shrinks the offending window (rows of a K-major operand or
+    of the output, else K), falling back to the next one when a dimension cannot shrink further.
+    """
     pm, pn, pk = m, n, k
     ls, rs = max(lhs.format.itemsize, 1), max(rhs.format.itemsize, 1)
-    for _ in range(256):
+    while True:
         spans = {
             "lhs": _span(pm, pk, k, ls) if lhs.k_major else _span(pk, pm, m, ls),
             "rhs": _span(pn, pk, k, rs) if rhs.k_major else _span(pk, pn, n, rs),
@@ -108,21 +110,23 @@ def split(
         if not over:
             break
         name = over[0]
-        if name == "out":
-            if pm > 1:
+        order = {
+            "out": ("m", "n"),
+            "lhs": ("m", "k") if lhs.k_major else ("k", "m"),
+            "rhs": ("n", "k") if rhs.k_major else ("k", "n"),
+        }[name]
+        for dim in order:
+            before = (pm, pn, pk)
+            if dim == "m":
                 pm = _shrink(pm, _PIECE_ALIGN)
-            else:
+            elif dim == "n":
                 pn = _shrink(pn, _PIECE_ALIGN)
-        elif (name == "lhs" and lhs.k_major and pm > 1) or (name == "rhs" and rhs.k_major and pn > 1):
-            # Fewer rows of a K-major operand shrink its window, unless a single row is already too big.
-            if name == "lhs":
-                pm = _shrink(pm, _PIECE_ALIGN)
             else:
-                pn = _shrink(pn, _PIECE_ALIGN)
+                pk = _shrink(pk, k_align)
+            if (pm, pn, pk) != before:
+                break
         else:
-            pk = _shrink(pk, k_align)
-    else:  # pragma: no cover - the loop halves a dimension each time; 256 halvings exhaust any int64
-        raise AssertionError("piece split did not converge")
+            raise ValueError(f"no split of {m}x{n}x{k} keeps the {name} window under {limit} bytes")
     return tuple(
         Piece(m0, min(m0 + pm, m), n0, min(n0 + pn, n), k0, min(k0 + pk, k))
         for m0 in range(0, m, pm)
