@@ -7,6 +7,7 @@ Every command takes ``--json``. Errors are one line on stderr with exit status 2
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import platform
 import sys
@@ -130,8 +131,6 @@ def problem_from_args(args: argparse.Namespace) -> GemmProblem:
     if args.bias:
         changes.update(bias=True, bias_dtype=Format.BF16 if out_fmt is Format.FP32 else out_fmt)
         changes["bias_numel"] = m if (args.grad and not args.gelu) else n
-    import dataclasses
-
     return dataclasses.replace(p, **changes)
 
 

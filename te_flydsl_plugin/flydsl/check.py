@@ -6,6 +6,8 @@ applies (not just the first), each with the field it is about.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..spec import Capabilities, Format, GemmProblem, Layout, Reason, ReasonCode, Verdict
 from . import matrix
 
@@ -17,6 +19,7 @@ QUANT_STORAGE: dict[Layout, tuple[bool, bool]] = {
     Layout.NT: (False, False),
 }
 COMPILED_EXECUTORS = ("flydsl", "emulator")
+Decline = Callable[[ReasonCode, str, str], None]
 
 
 def _expected_bias_numel(p: GemmProblem) -> int:
