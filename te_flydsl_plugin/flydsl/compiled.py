@@ -31,6 +31,7 @@ from .kernels.config import KernelConfig
 
 LDS_BUDGET = 160 * 1024
 REGISTER_BUDGET = 512  # VGPR + AGPR per lane on gfx950
+ARCH_VGPRS = 256  # the arch half a lane can address as v0..v255; the rest of the budget is AGPRs
 
 # The MFMA each operand format must compile to (the widest gfx950 offers). FP8 uses the f8f6f4 MFMA
 # in its scaled encoding with unit (E8M0 1.0) block scales: the one the ROCDL dialect exposes with
@@ -192,17 +193,47 @@ def launcher(cfg: KernelConfig, args: tuple, arch: str = "gfx950") -> Any:
         return fn
 
 
+def accumulators(cfg: KernelConfig) -> int:
+    """fp32 accumulator registers per lane: the wave's share of the output tile (one per element)."""
+    return cfg.tile_m * cfg.tile_n // (cfg.waves * 64)  # 64 lanes per wave
+
+
+def agpr_accumulator_floor(cfg: KernelConfig) -> int:
+    """How many accumulator registers ``cfg`` must hold in AGPRs (0: no AGPR claim).
+
+    A config claims AGPR accumulators when its accumulators alone fill the 256 arch VGPRs (256 x 256
+    on 4 waves): they cannot all stay there next to the fragments and addresses. The compiler, not
+    the kernel, splits them (LLVM 22 selects VGPR-form MFMAs and rewrites to AGPR form what does not
+    fit; ``amdgpu-mfma-vgpr-form=false`` changes nothing here), so the floor is a documented lower
+    bound rather than all of them: a quarter. Measured (docs/kernels.md): 74 - 184 of 256.
+    """
+    acc = accumulators(cfg)
+    return acc // 4 if acc >= ARCH_VGPRS else 0
+
+
+def _agpr_accumulators(text: str) -> int:
+    """Distinct AGPRs that MFMAs of the disassembly ``text`` write (their destination is the accumulator)."""
+    regs: set[int] = set()
+    for lo, hi in re.findall(r"^\s+v_mfma\S*\s+a\[(\d+):(\d+)\]", text, re.M):
+        regs.update(range(int(lo), int(hi) + 1))
+    return len(regs)
+
+
 def isa_report(cfg: KernelConfig, arch: str = "gfx950") -> dict[str, Any]:
     """The ISA budget checks of one config, with the numbers behind them.
 
     Checks: the expected MFMA opcode occurs, no scratch, no spills, static LDS within 160 KiB,
-    VGPR + AGPR within 512. ``ok`` is True when all hold.
+    VGPR + AGPR within 512 (``vgpr`` is the total, ``agpr`` its AGPR part), and for configs that claim
+    AGPR accumulators (:func:`agpr_accumulator_floor` > 0) ``agpr_accumulators``: at least that many
+    distinct AGPRs are MFMA destinations. ``ok`` is True when all hold.
     """
     ck = compile_config(cfg, arch)
     r = ck.resources
     mfma = EXPECTED_MFMA[cfg.lhs_format]
     text = toolchain.disassemble(ck.code_object, arch)
     mfma_count = len(re.findall(rf"^\s+{mfma}\s", text, re.M))
+    agpr_acc = _agpr_accumulators(text)
+    floor = agpr_accumulator_floor(cfg)
     checks = {
         "mfma": mfma_count > 0,
         "scratch": r.scratch_bytes == 0,
@@ -210,6 +241,8 @@ def isa_report(cfg: KernelConfig, arch: str = "gfx950") -> dict[str, Any]:
         "lds": r.lds_bytes <= LDS_BUDGET,
         "registers": r.vgpr_count <= REGISTER_BUDGET,
     }
+    if floor:
+        checks["agpr_accumulators"] = r.agpr_count > 0 and agpr_acc >= floor
     return {
         "config": cfg.name,
         "arch": arch,
@@ -218,6 +251,8 @@ def isa_report(cfg: KernelConfig, arch: str = "gfx950") -> dict[str, Any]:
         "mfma_count": mfma_count,
         "vgpr": r.vgpr_count,
         "agpr": r.agpr_count,
+        "agpr_accumulators": agpr_acc,
+        "agpr_accumulator_floor": floor,
         "sgpr": r.sgpr_count,
         "lds_bytes": r.lds_bytes,
         "scratch_bytes": r.scratch_bytes,
@@ -230,21 +265,32 @@ def isa_report(cfg: KernelConfig, arch: str = "gfx950") -> dict[str, Any]:
 
 
 def _family() -> tuple[KernelConfig, ...]:
-    """Every config of the family: 256 x 256 tiles for every kind, 128 x 128 for 16-bit and FP8 TN."""
+    """Every per-tensor config of the family: 256 x 256 tiles for every kind, 128 x 128 for 16-bit and
+    FP8 TN.
+
+    bf16 / fp16 run 256 x 256 on 4 waves (2 x 2 waves of 128 x 128), the reviewed design's AGPR form:
+    256 accumulators per lane, part of them in AGPRs (``isa_report``'s ``agpr_accumulators``). fp32
+    and FP8 keep 8 waves: at 4 waves their compiles spill (fp32: 4 - 50 registers, FP8: 12), so
+    their 4-wave form is not built. The 128 x 128 tiles are 8 waves (64 accumulators per lane).
+    """
     F = Format
     out = [F.FP32, F.BF16, F.FP16]
     cfgs: list[KernelConfig] = []
     for fmt in (F.BF16, F.FP16):
         for lk, rk in ((True, True), (True, False), (False, False)):  # TN, NN, NT
-            cfgs += [KernelConfig(fmt, fmt, lk, rk, o) for o in out]
+            cfgs += [KernelConfig(fmt, fmt, lk, rk, o, waves=4) for o in out]
     for lk, rk in ((True, True), (True, False), (False, False)):
         cfgs += [KernelConfig(F.FP32, F.FP32, lk, rk, o, tile_k=32) for o in out]
     for a in (F.FP8_E4M3, F.FP8_E5M2):
         for b in (F.FP8_E4M3, F.FP8_E5M2):
             cfgs += [KernelConfig(a, b, True, True, o, tile_k=128) for o in out]
     # 128 x 128 tiles for TN (fprop) problems whose 256 x 256 grid would leave CUs idle (select.py).
-    small = [dataclasses.replace(c, tile_m=128, tile_n=128) for c in cfgs if c.lhs_k_major and c.rhs_k_major]
-    return tuple(cfgs + [c for c in small if c.lhs_format is not F.FP32])
+    small = [
+        dataclasses.replace(c, tile_m=128, tile_n=128, waves=8)
+        for c in cfgs
+        if c.lhs_k_major and c.rhs_k_major and c.lhs_format is not F.FP32
+    ]
+    return tuple(cfgs + small)
 
 
 def _mx_family() -> tuple[KernelConfig, ...]:

@@ -29,6 +29,20 @@ def test_isa_budget(cfg: KernelConfig) -> None:
     assert rep["kernel"].startswith(cfg.name)
 
 
+def test_four_wave_configs_keep_accumulators_in_agprs() -> None:
+    """Every 4-wave 256 x 256 config (bf16 / fp16, every majorness and output) claims AGPR
+    accumulators and its MFMAs write at least the documented floor of them into AGPRs."""
+    claiming = [c for c in compiled.FAMILY if compiled.agpr_accumulator_floor(c)]
+    assert claiming and {(c.lhs_format, c.tile_m, c.waves) for c in claiming} == {
+        (f, 256, 4) for f in (Format.BF16, Format.FP16)
+    }
+    assert len(claiming) == 18
+    for cfg in claiming:
+        rep = compiled.isa_report(cfg)
+        assert rep["checks"]["agpr_accumulators"] and rep["ok"], rep
+        assert rep["agpr"] > 0 and rep["agpr_accumulators"] >= compiled.accumulators(cfg) // 4 == 64, rep
+
+
 def test_backed_is_part_of_the_family() -> None:
     assert set(compiled.BACKED) <= set(compiled.FAMILY)
 
@@ -46,14 +60,14 @@ def test_mixed_fp8_uses_per_operand_kinds() -> None:
 def test_transposed_operands_read_lds_transposed() -> None:
     from te_flydsl_plugin.flydsl import toolchain
 
-    cfg = KernelConfig(Format.BF16, Format.BF16, False, False, Format.BF16)
+    cfg = KernelConfig(Format.BF16, Format.BF16, False, False, Format.BF16, waves=4)
     assert "ds_read_b64_tr_b16" in toolchain.disassemble(compiled.compile_config(cfg).code_object)
 
 
 def test_direct_to_lds_loads() -> None:
     from te_flydsl_plugin.flydsl import toolchain
 
-    cfg = KernelConfig(Format.BF16, Format.BF16, True, True, Format.BF16)
+    cfg = KernelConfig(Format.BF16, Format.BF16, True, True, Format.BF16, waves=4)
     text = toolchain.disassemble(compiled.compile_config(cfg).code_object)
     assert any("buffer_load_dwordx4" in ln and " lds" in ln for ln in text.splitlines())
 

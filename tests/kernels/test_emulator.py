@@ -56,7 +56,7 @@ def test_backed_matches_reference(cfg: KernelConfig, shape: tuple) -> None:
 @pytest.mark.parametrize(
     "cfg",
     [
-        KernelConfig(Format.BF16, Format.BF16, True, True, Format.FP32),
+        KernelConfig(Format.BF16, Format.BF16, True, True, Format.FP32, waves=4),
         KernelConfig(Format.FP32, Format.FP32, False, False, Format.FP32, tile_k=32),
         KernelConfig(Format.FP8_E5M2, Format.FP8_E4M3, True, True, Format.BF16, tile_k=128),
     ],
@@ -77,7 +77,7 @@ def test_host_split_pieces(cfg: KernelConfig) -> None:
 
 def test_misaligned_piece_is_a_clear_error() -> None:
     """A piece starting mid-vector on an operand's contiguous dim is refused, never computed wrong."""
-    cfg = KernelConfig(Format.BF16, Format.BF16, False, False, Format.FP32)
+    cfg = KernelConfig(Format.BF16, Format.BF16, False, False, Format.FP32, waves=4)
     plan = plan_for(cfg, 64, 64, 64, pieces=(Piece(0, 37, 0, 64, 0, 64), Piece(37, 64, 0, 64, 0, 64)))
     with pytest.raises(ValueError, match="multiples of 8 elements"):
         launch.execute(plan, "emulator")
@@ -86,18 +86,18 @@ def test_misaligned_piece_is_a_clear_error() -> None:
 def test_tile_order_covers_every_tile_once() -> None:
     """30 tiles (not a multiple of the 8 XCDs; 10 tile rows: one full group of 8 and a tail of 2):
     the XCD-aware renumbering must reach every output tile exactly once (beta 1 catches a repeat)."""
-    cfg = KernelConfig(Format.BF16, Format.BF16, True, True, Format.FP32)
+    cfg = KernelConfig(Format.BF16, Format.BF16, True, True, Format.FP32, waves=4)
     _run_and_check(cfg, 9 * 256 + 10, 2 * 256 + 88, 8, 1.0, 1.0)
 
 
 def test_empty_k_gives_beta_times_out() -> None:
-    cfg = KernelConfig(Format.BF16, Format.BF16, True, True, Format.FP32)
+    cfg = KernelConfig(Format.BF16, Format.BF16, True, True, Format.FP32, waves=4)
     _run_and_check(cfg, 40, 72, 0, 1.0, 0.5)
 
 
 def test_strided_output_view() -> None:
     """``out`` may be a column window of a wider D: the kernel honours its leading stride."""
-    cfg = KernelConfig(Format.BF16, Format.BF16, True, True, Format.FP32)
+    cfg = KernelConfig(Format.BF16, Format.BF16, True, True, Format.FP32, waves=4)
     plan = plan_for(cfg, 72, 40, 64)
     wide = torch.full((72, 100), 7.0)
     window = wide[:, 30:70]

@@ -71,7 +71,7 @@ def test_backed_matches_reference(cfg: KernelConfig, shape: tuple[int, int, int]
 
 def test_operand_over_2gib() -> None:
     """Llama-3.1-405B fprop at micro-batch 4 (B is 3.5 GB): the plan's pieces, 64-bit bases."""
-    cfg = KernelConfig(Format.BF16, Format.BF16, True, True, Format.BF16)
+    cfg = KernelConfig(Format.BF16, Format.BF16, True, True, Format.BF16, waves=4)
     m, n, k = 32768, 1024, 53248
     plan = plan_for(cfg, m, n, k, device="cuda")
     pieces = split(m, n, k, plan.lhs, plan.rhs, plan.out.element_size(), 8, 2**31 - 1)
@@ -81,7 +81,7 @@ def test_operand_over_2gib() -> None:
 
 def test_launch_is_graph_capturable() -> None:
     """No host sync and no allocation outside torch's caching allocator: a CUDA/HIP graph replays it."""
-    cfg = KernelConfig(Format.BF16, Format.BF16, True, True, Format.FP32)
+    cfg = KernelConfig(Format.BF16, Format.BF16, True, True, Format.FP32, waves=4)
     plan = plan_for(cfg, 512, 512, 512, device="cuda")
     launch.execute(plan, "flydsl")  # compile outside the capture
     graph = torch.cuda.CUDAGraph()

@@ -7,8 +7,10 @@ K, the leading strides, alpha and beta are runtime arguments, so one compile ser
 
 Design (docs/kernels.md has the reasons at length):
 
-* 256x256 output tile per workgroup of 8 waves (2 x 4), each wave a 128 x 64 block of 16x16 MFMAs
-  whose fp32 accumulators live in registers for the whole K loop.
+* 256x256 output tile per workgroup of 4 waves (2 x 2, each wave a 128 x 128 block of 16x16 MFMAs,
+  256 fp32 accumulators per lane, which overflow the arch VGPRs into AGPRs) or 8 waves (2 x 4,
+  128 x 64 per wave) where 4 spill (fp32, FP8, MXFP8); the accumulators live in registers for the
+  whole K loop. 128 x 128 tiles use 8 waves.
 * LDS ping-pong: two stages, each holding one ``[tile, tile_k]`` slice of both operands, filled by
   direct global->LDS DMA (``buffer_load ... lds``); the load of K tile ``t + 1`` runs while tile
   ``t`` is multiplied. A runtime loop, so K is not unrolled into the code.

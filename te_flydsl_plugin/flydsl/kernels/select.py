@@ -12,6 +12,14 @@ default tiles) and its M, N, K. The answer is always a config of the family:
    CU) trades reuse for parallelism. The threshold is an estimate from that arithmetic, to be tuned
    with ``bench`` on gfx950. K does not influence the tile (the K loop is a runtime loop; split-K is
    not in the family).
+3. The 256 x 256 tile runs on 4 waves (2 x 2 waves of 128 x 128, 256 accumulators per lane, which
+   overflow the 256 arch VGPRs into AGPRs) where that config is backed (bf16 / fp16), else on 8
+   waves: fp32 and FP8 spill at 4 waves, and MXFP8 stays on 8 waves because its TN form spills
+   there (kernels/mx.py). 4 waves is the reviewed (HipKittens-style) design's choice: one wave per
+   SIMD with the whole 512-entry register file, accumulators in AGPRs, and each wave's 128 x 128
+   block reading 16 fragments from LDS per 64 MFMAs instead of 12 per 32 (two thirds of the LDS read
+   traffic per MFMA). Nothing was measured on gfx950: the 8-wave form's second wave per SIMD may hide
+   latency better, and ``bench`` on hardware decides. 128 x 128 tiles stay on 8 waves.
 
 Only configs in ``compiled.BACKED`` are chosen beyond the default, so the heuristic never picks a
 kernel that was not compiled, ISA-checked and run in the emulator.
@@ -45,10 +53,12 @@ def select(cfg: KernelConfig, m: int, n: int, k: int) -> KernelConfig:
     """The family config for an ``m x n x k`` problem of ``cfg``'s kind (see the module docstring)."""
     del k  # the runtime K loop makes the tile independent of K
     tile_k = TILE_K.get(cfg.lhs_format, cfg.tile_k)
-    big = dataclasses.replace(cfg, tile_m=256, tile_n=256, tile_k=tile_k, waves=8)
-    if _tiles(m, n, 256) >= SMALL_GRID:
-        return big
     from ..compiled import BACKED
 
-    small = dataclasses.replace(big, tile_m=128, tile_n=128)
+    big = dataclasses.replace(cfg, tile_m=256, tile_n=256, tile_k=tile_k, waves=4)
+    if big not in BACKED:
+        big = dataclasses.replace(big, waves=8)
+    if _tiles(m, n, 256) >= SMALL_GRID:
+        return big
+    small = dataclasses.replace(big, tile_m=128, tile_n=128, waves=8)
     return small if small in BACKED else big
