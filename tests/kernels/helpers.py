@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import types
+
 import pytest
 import torch
 
@@ -69,8 +71,22 @@ def plan_for(
     lhs = operand(cfg.lhs_format, m, k, cfg.lhs_k_major, device, gen)
     rhs = operand(cfg.rhs_format, n, k, cfg.rhs_k_major, device, gen)
     out = torch.randn(m, n, generator=gen).to(_TORCH[cfg.out_format]).to(device)
+    return plan_of(cfg, lhs, rhs, out, alpha, beta, pieces)
+
+
+def plan_of(
+    cfg: KernelConfig,
+    lhs: KernelOperand,
+    rhs: KernelOperand,
+    out: torch.Tensor,
+    alpha: float,
+    beta: float,
+    pieces: tuple[Piece, ...] | None = None,
+) -> GemmPlan:
+    """A plain-epilogue plan over given kernel operands (one piece unless ``pieces`` says otherwise)."""
+    m, n, k = out.shape[0], out.shape[1], lhs.k
     return GemmPlan(
-        problem=None,  # type: ignore[arg-type] - the executor never reads it
+        problem=types.SimpleNamespace(epilogue="plain"),  # type: ignore[arg-type] - only the epilogue is read
         config=cfg,
         lhs=lhs,
         rhs=rhs,

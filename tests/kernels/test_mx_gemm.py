@@ -27,7 +27,7 @@ from te_flydsl_plugin.flydsl.plan_types import GemmPlan, KernelOperand, Piece
 from te_flydsl_plugin.spec import Format, Layout
 
 from ..gemm_cases import make_mxfp8, make_operand, shapes, te_math
-from .helpers import emulator_reason, needs_toolchain, tolerance
+from .helpers import emulator_reason, needs_toolchain, plan_of, tolerance
 
 F = Format
 MX_BACKED = [c for c in compiled.BACKED if c.scaling == "mx"]
@@ -52,16 +52,7 @@ def _plan(cfg: KernelConfig, m: int, n: int, k: int, alpha: float, beta: float, 
     lhs = _operand(cfg.lhs_format, m, k, cfg.lhs_k_major, gen)
     rhs = _operand(cfg.rhs_format, n, k, cfg.rhs_k_major, gen)
     out = torch.randn(m, n, generator=gen).to(_TORCH_OUT[cfg.out_format])
-    return GemmPlan(
-        problem=types.SimpleNamespace(epilogue="plain"),  # type: ignore[arg-type] - only the epilogue is read
-        config=cfg,
-        lhs=lhs,
-        rhs=rhs,
-        out=out,
-        alpha=alpha,
-        beta=beta,
-        pieces=pieces or (Piece(0, m, 0, n, 0, k),),
-    )
+    return plan_of(cfg, lhs, rhs, out, alpha, beta, pieces)
 
 
 def _run_and_compare(plan: GemmPlan) -> None:
