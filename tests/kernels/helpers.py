@@ -26,15 +26,6 @@ _TORCH = {
 }
 
 
-def emulator_reason() -> str | None:
-    """Why the gfx950 emulator cannot run kernels here, or None (it is built in its own issue)."""
-    try:
-        from te_flydsl_plugin.flydsl.emulator import launch, pack_flydsl_kernarg  # noqa: F401
-    except ImportError as exc:
-        return f"the gfx950 emulator is not available yet ({exc})"
-    return None
-
-
 def operand(fmt: Format, rows: int, k: int, k_major: bool, device: str, gen: torch.Generator) -> KernelOperand:
     """A random operand in kernel-facing form (FP8 as a uint8 payload with a per-tensor scale_inv)."""
     vals = torch.randn(rows, k, generator=gen) * (0.5 if fmt.is_fp8 else 1.0)

@@ -27,7 +27,7 @@ from te_flydsl_plugin.flydsl.plan_types import GemmPlan, KernelOperand, Piece
 from te_flydsl_plugin.spec import Format, Layout
 
 from ..gemm_cases import make_mxfp8, make_operand, shapes, te_math
-from .helpers import emulator_reason, needs_toolchain, plan_of, tolerance
+from .helpers import needs_toolchain, plan_of, tolerance
 
 F = Format
 MX_BACKED = [c for c in compiled.BACKED if c.scaling == "mx"]
@@ -118,16 +118,8 @@ def test_mx_column_major_reads_lds_transposed(k_major: tuple[bool, bool]) -> Non
     assert len(re.findall(r"^\s+buffer_load_dword v", text, re.M)) == 24
 
 
-@pytest.fixture
-def _emulator() -> None:
-    reason = emulator_reason()
-    if reason:
-        pytest.skip(reason)
-
-
 @needs_toolchain
 @pytest.mark.emulator
-@pytest.mark.usefixtures("_emulator")
 @pytest.mark.parametrize("cfg", MX_BACKED, ids=lambda c: c.name)
 def test_mx_backed_matches_reference(cfg: KernelConfig) -> None:
     """Edge tiles in M and N, K with a tail in its 512 group (K / 32 not a multiple of 4), padded scales;
@@ -139,7 +131,6 @@ def test_mx_backed_matches_reference(cfg: KernelConfig) -> None:
 
 @needs_toolchain
 @pytest.mark.emulator
-@pytest.mark.usefixtures("_emulator")
 @pytest.mark.parametrize(
     ("m", "n", "k", "k_major"),
     [(301, 139, 1056, (True, True)), (16, 272, 32, (True, True)), (304, 144, 1056, (False, False))],
@@ -153,7 +144,6 @@ def test_mx_several_tiles_and_groups(m: int, n: int, k: int, k_major: tuple[bool
 
 @needs_toolchain
 @pytest.mark.emulator
-@pytest.mark.usefixtures("_emulator")
 @pytest.mark.parametrize("k_major", [(True, True), (True, False)], ids=["tn", "nn"])
 def test_mx_host_split_pieces_slice_the_packed_scales(k_major: tuple[bool, bool]) -> None:
     """Pieces along M (whole 16-row tiles) and K (whole 512 groups) read slices of the packed words;
@@ -166,7 +156,6 @@ def test_mx_host_split_pieces_slice_the_packed_scales(k_major: tuple[bool, bool]
 
 @needs_toolchain
 @pytest.mark.emulator
-@pytest.mark.usefixtures("_emulator")
 def test_mx_empty_k_gives_beta_times_out() -> None:
     """K = 0: the packed scales are empty, the kernel loads nothing from them and writes beta * out."""
     cfg = KernelConfig(F.MXFP8_E4M3, F.MXFP8_E5M2, True, True, F.FP32, tile_k=mx.TILE_K)
@@ -203,7 +192,6 @@ def test_piece_words_is_a_slice() -> None:
 
 @needs_toolchain
 @pytest.mark.emulator
-@pytest.mark.usefixtures("_emulator")
 @pytest.mark.parametrize("layout", [Layout.TN, Layout.NN, Layout.NT], ids=lambda x: x.value)
 def test_mx_end_to_end_through_the_emulator_executor(native, layout: Layout) -> None:
     """wrap_generic_gemm -> plan (one scale-pack launch per operand) -> the MX GEMM in the emulator."""
