@@ -204,6 +204,7 @@ class GemmProblem:
     bias: bool = False
     bias_dtype: Format | None = None
     bias_numel: int = 0
+    epilogue_contiguous: bool = True  # bias and gelu_in (when given) are contiguous
     gelu: bool = False
     grad: bool = False
     accumulate: bool = False

@@ -69,6 +69,21 @@ def test_unsupported_arguments_are_declined_with_reasons(reference_dispatcher, n
         assert got is v
 
 
+@pytest.mark.parametrize(
+    ("overrides", "code"),
+    [
+        ({"gelu": True, "grad": True, "gelu_in": torch.randn(40, 23).bfloat16()}, "SHAPE"),  # wrong size
+        ({"gelu": True, "grad": True, "gelu_in": torch.randn(24, 40).bfloat16().t()}, "ALIGNMENT"),
+        ({"bias": torch.randn(48).bfloat16()[::2]}, "ALIGNMENT"),  # strided bias
+    ],
+    ids=["gelu_in-size", "gelu_in-strided", "bias-strided"],
+)
+def test_epilogue_tensors_are_validated_never_reshaped_blindly(reference_dispatcher, native, overrides, code):
+    layout = Layout.NN if overrides.get("grad") else Layout.TN
+    call(tp.wrap_generic_gemm(native), layout, **overrides)
+    declined(native, code)
+
+
 def test_tt_layout_goes_to_te(reference_dispatcher, native):
     call(tp.wrap_generic_gemm(native), Layout.TT)
     declined(native, "LAYOUT")

@@ -114,6 +114,8 @@ def check(problem: GemmProblem, executor: str, caps: Capabilities | None = None)
         no(ReasonCode.ALIGNMENT, "operands must be contiguous", "contiguous")
     if p.out_given and not p.out_contiguous:
         no(ReasonCode.ALIGNMENT, "a given D must be contiguous", "out")
+    if not p.epilogue_contiguous:
+        no(ReasonCode.ALIGNMENT, "bias and gelu_in must be contiguous", "epilogue")
     return Verdict(tuple(why))
 
 

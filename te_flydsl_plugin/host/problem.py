@@ -80,6 +80,9 @@ def build(call: GemmCall, a_spec: OperandSpec, b_spec: OperandSpec, arch: str, d
     has_bias = _present(call.bias)
     if call.gelu and call.grad and call.gelu_in is None:
         errors.append("gelu with grad needs gelu_in (the saved pre-activation)")
+    aux = call.gelu_in if call.gelu else None
+    if aux is not None and aux.numel() != math.prod(out_shape):
+        errors.append(f"gelu_in holds {aux.numel()} elements, the {out_shape} output needs {math.prod(out_shape)}")
     return GemmProblem(
         layout=layout,
         m=m,
@@ -95,6 +98,7 @@ def build(call: GemmCall, a_spec: OperandSpec, b_spec: OperandSpec, arch: str, d
         bias=has_bias,
         bias_dtype=operands.format_of_dtype(call.bias.dtype) if has_bias else None,
         bias_numel=call.bias.numel() if has_bias else 0,
+        epilogue_contiguous=all(t.is_contiguous() for t in (call.bias if has_bias else None, aux) if t is not None),
         gelu=bool(call.gelu),
         grad=bool(call.grad),
         accumulate=bool(call.accumulate),

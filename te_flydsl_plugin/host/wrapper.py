@@ -87,8 +87,9 @@ def wrap_generic_gemm(native: Callable[..., Any]) -> Callable[..., Any]:
             (vb.dtype, vb.shape, vb.is_contiguous()) if type(vb) in _PLAIN else operands.key_of(vb),
             None if D is None else (D.dtype, D.shape, D.is_contiguous()),
             output_dtype,
-            None if bias is None else (bias.dtype, bias.shape),
-            gelu, gelu_in is None, grad, accumulate, quantizer is None,
+            None if bias is None else (bias.dtype, bias.shape, bias.is_contiguous()),
+            gelu, None if gelu_in is None else (gelu_in.dtype, gelu_in.shape, gelu_in.is_contiguous()),
+            grad, accumulate, quantizer is None,
             comm is None and ctype is None and extra is None, bulk, alpha, beta,
             None if tb is None else (tb.is_cuda, tb.get_device(), tb.is_meta),
         )  # fmt: skip
