@@ -15,6 +15,7 @@ range-checked, as on gfx9); with a stride, when ``index < num_records``. Out-of-
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -35,6 +36,18 @@ _WIDTH = {
     "byte": 1,
     "short": 2,
 }
+
+
+def _register_widths(space: str, load: Callable[..., Any], store: Callable[..., Any]) -> None:
+    """Register ``<space>_load_<w>`` / ``<space>_store_<w>`` for every width the ISA has for them:
+    stores exist for ``byte``/``short`` (no sign), loads for the signed/unsigned sub-dword forms."""
+    for w in _WIDTH:
+        if w not in ("byte", "short"):
+            op(f"{space}_load_{w}")(load)
+        if w not in ("ubyte", "sbyte", "ushort", "sshort"):
+            op(f"{space}_store_{w}")(store)
+
+
 _LANE_IDX = np.arange(LANES)
 
 
@@ -163,14 +176,7 @@ def _bind_global_load_lds(inst: Inst, ctx: BindContext) -> Step:
 for _s in ("dword", "dwordx3", "dwordx4", "ubyte", "sbyte", "ushort", "sshort"):
     op(f"global_load_lds_{_s}")(_bind_global_load_lds)
 
-for _s in _WIDTH:
-    if _s in ("byte", "short"):
-        op(f"global_store_{_s}")(_bind_global_store)
-    elif _s.startswith(("u", "s")) and _s not in ("dword",):
-        op(f"global_load_{_s}")(_bind_global_load)
-    else:
-        op(f"global_load_{_s}")(_bind_global_load)
-        op(f"global_store_{_s}")(_bind_global_store)
+_register_widths("global", _bind_global_load, _bind_global_store)
 
 
 # -- scratch (architected flat scratch, gfx940+) ------------------------------------------------
@@ -239,14 +245,7 @@ def _bind_scratch_store(inst: Inst, ctx: BindContext) -> Step:
     return step
 
 
-for _s in _WIDTH:
-    if _s in ("byte", "short"):
-        op(f"scratch_store_{_s}")(_bind_scratch_store)
-    elif _s in ("ubyte", "sbyte", "ushort", "sshort"):
-        op(f"scratch_load_{_s}")(_bind_scratch_load)
-    else:
-        op(f"scratch_load_{_s}")(_bind_scratch_load)
-        op(f"scratch_store_{_s}")(_bind_scratch_store)
+_register_widths("scratch", _bind_scratch_load, _bind_scratch_store)
 
 
 # -- buffer -------------------------------------------------------------------------------------
@@ -367,14 +366,7 @@ def _bind_buffer_store(inst: Inst, ctx: BindContext) -> Step:
     return step
 
 
-for _s in _WIDTH:
-    if _s in ("byte", "short"):
-        op(f"buffer_store_{_s}")(_bind_buffer_store)
-    elif _s in ("ubyte", "sbyte", "ushort", "sshort"):
-        op(f"buffer_load_{_s}")(_bind_buffer_load)
-    else:
-        op(f"buffer_load_{_s}")(_bind_buffer_load)
-        op(f"buffer_store_{_s}")(_bind_buffer_store)
+_register_widths("buffer", _bind_buffer_load, _bind_buffer_store)
 
 
 @op("buffer_atomic_add_f32", "buffer_atomic_pk_add_bf16", "buffer_atomic_add", "buffer_atomic_pk_add_f16")

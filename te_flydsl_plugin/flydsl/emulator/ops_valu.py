@@ -500,6 +500,17 @@ _CMP = {
 }
 
 
+def _write_compare(w: Wave, bits: Any, is_x: bool, dst: Any) -> None:
+    """Where a vector compare's lane mask goes: EXEC for v_cmpx, the named SGPR pair when the
+    encoding has one (VOP3), else VCC (VOP3 v_cmpx with no SDST writes EXEC only)."""
+    if is_x:
+        w.set_exec(bits)
+    if dst is not None:
+        dst(w, bits)
+    elif not is_x:
+        w.set_vcc(bits)
+
+
 def _cmp_binder(inst: Inst, ctx: BindContext) -> Step:
     name = base_opcode(inst.opcode)
     parts = name.split("_")  # v, cmp|cmpx, kind, type
@@ -536,13 +547,7 @@ def _cmp_binder(inst: Inst, ctx: BindContext) -> Step:
     def step(w: Wave) -> None:
         with np.errstate(invalid="ignore"):
             m = np.broadcast_to(fn(conv(ra(w)), conv(rb(w))), (LANES,)) & w.exec_mask
-        bits = mask_to_bits(m)
-        if is_x:
-            w.set_exec(bits)
-        if dst is not None:
-            dst(w, bits)
-        elif not is_x:
-            w.set_vcc(bits)
+        _write_compare(w, mask_to_bits(m), is_x, dst)
 
     return step
 
@@ -680,13 +685,7 @@ def _cmp_class(inst: Inst, ctx: BindContext) -> Step:
 
     def step(w: Wave) -> None:
         hit = (_fp_class(as_f32(np.broadcast_to(a(w), (LANES,)))) & np.asarray(b(w), U32)) != 0
-        bits = mask_to_bits(hit & w.exec_mask)
-        if is_x:
-            w.set_exec(bits)
-        if dst is not None:
-            dst(w, bits)
-        elif not is_x:
-            w.set_vcc(bits)
+        _write_compare(w, mask_to_bits(hit & w.exec_mask), is_x, dst)
 
     return step
 
