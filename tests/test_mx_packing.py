@@ -43,16 +43,18 @@ def test_one_pack_launch_per_operand_and_weight_reuse(layout):
     a, (a_rows, a_cols) = make_mxfp8(wa, Format.MXFP8_E4M3)
     b, (b_rows, b_cols) = make_mxfp8(torch.randn(b_shape, generator=gen), Format.MXFP8_E5M2)
 
-    before = scale_pack.launch_counts["emulator"]
-    first = _plan_for(backend, a, b, layout)
-    assert scale_pack.launch_counts["emulator"] - before == 2, "one scale-pack launch per operand"
-    run_reference(first)
-    want = te_math(layout, a_rows if layout is Layout.TN else a_cols, b_cols if layout is Layout.NT else b_rows)
-    assert_close(first.out, want, Format.FP32)
+    b_value = b_cols if layout is Layout.NT else b_rows
 
-    before = scale_pack.launch_counts["emulator"]
-    _plan_for(backend, a, b, layout)
-    assert scale_pack.launch_counts["emulator"] - before == 1, "unchanged weight scales are reused"
+    def plan_and_check(launches: int, why: str, a_rows, a_cols) -> None:
+        before = scale_pack.launch_counts["emulator"]
+        plan = _plan_for(backend, a, b, layout)
+        assert scale_pack.launch_counts["emulator"] - before == launches, why
+        run_reference(plan)
+        assert_close(plan.out, te_math(layout, a_rows if layout is Layout.TN else a_cols, b_value), Format.FP32)
+
+    plan_and_check(2, "one scale-pack launch per operand", a_rows, a_cols)
+
+    plan_and_check(1, "unchanged weight scales are reused", a_rows, a_cols)
 
     # An optimizer step re-quantizes the weight in place: its packed scales must be re-packed.
     scales = a.rowwise_scale_inv if layout is Layout.TN else a.columnwise_scale_inv
@@ -60,9 +62,4 @@ def test_one_pack_launch_per_operand_and_weight_reuse(layout):
     scales.copy_(fresh.rowwise_scale_inv if layout is Layout.TN else fresh.columnwise_scale_inv)
     data = a.rowwise_data if layout is Layout.TN else a.columnwise_data
     data.copy_(fresh.rowwise_data if layout is Layout.TN else fresh.columnwise_data)
-    before = scale_pack.launch_counts["emulator"]
-    third = _plan_for(backend, a, b, layout)
-    assert scale_pack.launch_counts["emulator"] - before == 2, "an updated weight is never served stale scales"
-    run_reference(third)
-    want = te_math(layout, fr_rows if layout is Layout.TN else fr_cols, b_cols if layout is Layout.NT else b_rows)
-    assert_close(third.out, want, Format.FP32)
+    plan_and_check(2, "an updated weight is never served stale scales", fr_rows, fr_cols)

@@ -12,8 +12,9 @@ from typing import Any
 
 import torch
 
+from ..host.operands import format_of_dtype, torch_dtype_of
 from ..operands import Fp8Operand, MXFP8Operand
-from ..spec import Format, GemmCall, GemmProblem, Layout
+from ..spec import GemmCall, GemmProblem, Layout
 from . import matrix
 from .check import QUANT_STORAGE
 from .kernels.config import KernelConfig
@@ -25,7 +26,7 @@ _PIECE_ALIGN = 256
 
 def _plain(t: torch.Tensor, k_major: bool, rows: int, k: int) -> KernelOperand:
     shape = (rows, k) if k_major else (k, rows)
-    fmt = {torch.float32: Format.FP32, torch.float16: Format.FP16, torch.bfloat16: Format.BF16}[t.dtype]
+    fmt = format_of_dtype(t.dtype)
     return KernelOperand(t.view(shape), fmt, k_major, "tensor")
 
 
@@ -65,14 +66,7 @@ def _default_pack() -> Any:
 
 def _aux_dtype(bias_type: Any, default: torch.dtype) -> torch.dtype:
     """The GELU pre-activation's dtype: TE allocates it in ``bias_type`` when that is a float type."""
-    from ..host.operands import format_of_dtype
-
-    fmt = format_of_dtype(bias_type) if bias_type is not None else Format.OTHER
-    return _torch_dtype(fmt) if fmt in (Format.FP32, Format.FP16, Format.BF16) else default
-
-
-def _torch_dtype(fmt: Format) -> torch.dtype:
-    return {Format.FP32: torch.float32, Format.FP16: torch.float16, Format.BF16: torch.bfloat16}[fmt]
+    return torch_dtype_of(format_of_dtype(bias_type)) or default
 
 
 def _span(rows: int, cols: int, pitch: int, itemsize: int) -> int:
@@ -160,7 +154,7 @@ def build(
     p = problem
     rhs = operand(call.A, p.layout, True, p.n, p.k, weight_pack or pack)
     lhs = operand(call.B, p.layout, False, p.m, p.k, pack)
-    out_dtype = _torch_dtype(p.out_dtype)
+    out_dtype = torch_dtype_of(p.out_dtype)
     device = lhs.data.device
     d = call.D if call.D is not None else torch.empty(p.out_shape, dtype=out_dtype, device=device)
     out = d.view(p.m, p.n)

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..spec import GemmBackend, GemmProblem, Reason, ReasonCode, Verdict
 from . import registry as _registry
+from .autoload import NATIVE_NAMES  # one list, kept where torch's start-up hook reads it
 
 
 class GemmNotSupportedError(RuntimeError):
@@ -58,7 +59,7 @@ class Settings:
         env = os.environ if env is None else env
         name = (env.get("NVTE_GEMM_BACKEND") or "").strip().lower()
         return cls(
-            backend="" if name in _registry.NATIVE_NAMES else name,
+            backend="" if name in NATIVE_NAMES else name,
             strict=_truthy(env.get("NVTE_GEMM_BACKEND_STRICT")),
             report=_truthy(env.get("NVTE_GEMM_BACKEND_REPORT")),
             target_arch=(env.get("NVTE_FLYDSL_TARGET_ARCH") or "").strip(),
@@ -258,7 +259,7 @@ def configure(
     changes: dict[str, Any] = {}
     if backend is not None:
         name = backend.strip().lower()
-        changes["backend"] = "" if name in _registry.NATIVE_NAMES else name
+        changes["backend"] = "" if name in NATIVE_NAMES else name
     for k, v in (("strict", strict), ("report", report), ("target_arch", target_arch)):
         if v is not None:
             changes[k] = v

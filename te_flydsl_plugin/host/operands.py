@@ -36,6 +36,7 @@ _TORCH_FORMATS: dict[Any, Format] = {
     torch.bfloat16: Format.BF16,
 }
 # Formats name themselves, so callers without torch or TE dtypes (the CLI) can pass them directly.
+_TORCH_DTYPES = {f: dt for dt, f in _TORCH_FORMATS.items()}
 _dtype_formats: dict[Any, Format] = {**_TORCH_FORMATS, **{f: f for f in Format}}
 _converters: dict[type, Converter] = {}
 _lock = threading.Lock()
@@ -72,10 +73,8 @@ def format_of_dtype(value: Any) -> Format:
 
 
 def torch_dtype_of(fmt: Format) -> torch.dtype | None:
-    for dt, f in _TORCH_FORMATS.items():
-        if f is fmt:
-            return dt
-    return None
+    """The torch dtype of fp32 / fp16 / bf16; None for every other format."""
+    return _TORCH_DTYPES.get(fmt)
 
 
 def _unknown(x: Any) -> View:

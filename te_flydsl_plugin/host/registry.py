@@ -17,8 +17,6 @@ import pluggy
 
 from ..spec import ENTRY_POINT_GROUP, PROJECT, GemmBackend, Hookspecs
 
-NATIVE_NAMES = frozenset({"", "default", "native"})
-
 
 class BackendSelectionError(RuntimeError):
     """``NVTE_GEMM_BACKEND`` names no installed backend (the message lists those installed)."""
