@@ -489,6 +489,21 @@ def test_cvt_fp8_sdwa_selects_as_llvm_emits_them() -> None:
     np.testing.assert_array_equal(vf32(w, 3), tab[codes + 192])
 
 
+def test_cvt_f32_f16_sdwa_takes_the_selected_half() -> None:
+    """A packed f16 pair read back from memory: llc converts its high half as ``_sdwa src0_sel:WORD_1``."""
+    lo = torch.linspace(-3, 3, 64, dtype=torch.float16)
+    hi = torch.linspace(100, -7, 64, dtype=torch.float16)
+    pair = (lo.view(torch.int16).int() & 0xFFFF) | ((hi.view(torch.int16).int() & 0xFFFF) << 16)
+    (w,) = Program(
+        """
+        v_cvt_f32_f16_sdwa v1, v0 dst_sel:DWORD dst_unused:UNUSED_PAD src0_sel:WORD_1
+        v_cvt_f32_f16_sdwa v2, v0 dst_sel:DWORD dst_unused:UNUSED_PAD src0_sel:WORD_0
+        """
+    ).run(lambda w: vset(w, 0, pair.numpy().astype(np.uint32)))
+    np.testing.assert_array_equal(vf32(w, 1), hi.float().numpy())
+    np.testing.assert_array_equal(vf32(w, 2), lo.float().numpy())
+
+
 def test_scratch_spill_and_reload() -> None:
     """Architected flat scratch (gfx940+): each lane has its own private segment."""
     prog = Program(

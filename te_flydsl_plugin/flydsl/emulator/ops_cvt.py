@@ -16,6 +16,7 @@ import numpy as np
 
 from .bind import BindContext, Step, fsrc, op, vreader, vwriter
 from .decode import Inst
+from .errors import EmulatorError
 from .machine import Wave
 from .numerics import E4M3, E5M2, MiniFloat, bf16_to_f32, decode_table, encode, f16_to_f32, f32_to_bf16, f32_to_f16
 
@@ -57,11 +58,14 @@ def _half_sel(inst: Inst, nsrc: int) -> tuple[list[int], int]:
     return sel[:nsrc], sel[nsrc]
 
 
-@op("v_cvt_f32_f16", "v_cvt_f32_f16_e32", "v_cvt_f32_f16_e64")
+@op("v_cvt_f32_f16", "v_cvt_f32_f16_e32", "v_cvt_f32_f16_e64", "v_cvt_f32_f16_sdwa")
 def _f16_to_f32(inst: Inst, ctx: BindContext) -> Step:
     dst = vwriter(inst.operands[0], ctx, inst)
     src = vreader(inst.operands[1], ctx, inst)
-    hi = _half_sel(inst, 1)[0][0]
+    if inst.modifiers.get("dst_sel", "DWORD") != "DWORD":
+        raise EmulatorError(f"{inst.text}: only dst_sel:DWORD is modelled")
+    # the half: op_sel[0] (VOP3) or src0_sel:WORD_1 (SDWA, what LLVM emits for a packed pair's high half)
+    hi = _half_sel(inst, 1)[0][0] or inst.modifiers.get("src0_sel", "") == "WORD_1"
     neg, ab = inst.operands[1].neg, inst.operands[1].abs
 
     def step(w: Wave) -> None:
