@@ -84,6 +84,28 @@ def test_epilogue_tensors_are_validated_never_reshaped_blindly(reference_dispatc
     declined(native, code)
 
 
+def test_output_the_epilogue_cannot_store_whole_is_declined(reference_dispatcher, native):
+    """The kernels store 4 adjacent output columns as one vector: N must be a multiple of 4 and a given
+    D must start on one (a view one element in would make every vector store misaligned)."""
+    call(tp.wrap_generic_gemm(native), Layout.TN, 40, 26)
+    declined(native, "ALIGNMENT")
+    assert "N=26 is not a multiple of 4" in str(problem_verdict(40, 26))
+    native.calls.clear()
+    tp.reset_stats()
+    d = torch.empty(40 * 24 + 1, dtype=torch.bfloat16)[1:].view(40, 24)
+    _, _, _ = call(tp.wrap_generic_gemm(native), Layout.TN, 40, 24, D=d)
+    declined(native, "ALIGNMENT")
+    assert native.calls[0][0][4] is d
+
+
+def problem_verdict(m: int, n: int):  # type: ignore[no-untyped-def]
+    from te_flydsl_plugin.flydsl import check
+
+    a, b = torch.randn(n, 32).bfloat16(), torch.randn(m, 32).bfloat16()
+    c = GemmCall(a, True, b, False, None, None, torch.bfloat16, None, None, False, None, False, None, 0, False, False)
+    return check.check(problem.build(c, operands.spec_of(a), operands.spec_of(b), "gfx950", "cpu"), "reference")
+
+
 def test_tt_layout_goes_to_te(reference_dispatcher, native):
     call(tp.wrap_generic_gemm(native), Layout.TT)
     declined(native, "LAYOUT")

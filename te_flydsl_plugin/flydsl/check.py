@@ -114,6 +114,8 @@ def check(problem: GemmProblem, executor: str, caps: Capabilities | None = None)
         no(ReasonCode.ALIGNMENT, "operands must be contiguous", "contiguous")
     if p.out_given and not p.out_contiguous:
         no(ReasonCode.ALIGNMENT, "a given D must be contiguous", "out")
+    if p.out_given and not p.out_aligned:
+        no(ReasonCode.ALIGNMENT, f"a given D must start on a multiple of {matrix.OUT_VEC} elements", "out")
     if not p.epilogue_contiguous:
         no(ReasonCode.ALIGNMENT, "bias and gelu_in must be contiguous", "epilogue")
     return Verdict(tuple(why))
@@ -127,6 +129,13 @@ def _check_shape(p: GemmProblem, k_multiple: int, no) -> None:
         no(ReasonCode.SIZE, f"a dimension exceeds {matrix.MAX_DIM}", "shape")
     if p.k % k_multiple:
         no(ReasonCode.ALIGNMENT, f"K={p.k} is not a multiple of {k_multiple} for {p.a.format.value}", "k")
+    if p.n % matrix.OUT_VEC:
+        no(
+            ReasonCode.ALIGNMENT,
+            f"N={p.n} is not a multiple of {matrix.OUT_VEC} (the kernels store {matrix.OUT_VEC} adjacent output "
+            "columns as one vector)",
+            "n",
+        )
     # Operands that are not K-major are read along their other dim: it needs full vectors too.
     if not p.a.format.is_fp8 and p.layout in (Layout.NN, Layout.NT):
         vec = 16 if p.a.format.is_mx else k_multiple

@@ -31,17 +31,15 @@ from .kernels.config import KernelConfig
 
 LDS_BUDGET = 160 * 1024
 REGISTER_BUDGET = 512  # VGPR + AGPR per lane on gfx950
-ARCH_VGPRS = 256  # the arch half a lane can address as v0..v255; the rest of the budget is AGPRs
 
-# The MFMA each operand format must compile to (the widest gfx950 offers). FP8 uses the f8f6f4 MFMA
-# in its scaled encoding with unit (E8M0 1.0) block scales: the one the ROCDL dialect exposes with
-# per-operand FP8 kinds, and the same pipe as the unscaled one.
+# The MFMA each operand format must compile to (the widest gfx950 offers; kernels/mfma.py issues it).
+# FP8 uses the f8f6f4 MFMA, whose cbsz / blgp pick E4M3 or E5M2 per operand; MXFP8 its block-scaled form.
 EXPECTED_MFMA = {
     Format.BF16: "v_mfma_f32_16x16x32_bf16",
     Format.FP16: "v_mfma_f32_16x16x32_f16",
     Format.FP32: "v_mfma_f32_16x16x4_f32",
-    Format.FP8_E4M3: "v_mfma_scale_f32_16x16x128_f8f6f4",
-    Format.FP8_E5M2: "v_mfma_scale_f32_16x16x128_f8f6f4",
+    Format.FP8_E4M3: "v_mfma_f32_16x16x128_f8f6f4",
+    Format.FP8_E5M2: "v_mfma_f32_16x16x128_f8f6f4",
     Format.MXFP8_E4M3: "v_mfma_scale_f32_16x16x128_f8f6f4",
     Format.MXFP8_E5M2: "v_mfma_scale_f32_16x16x128_f8f6f4",
 }
@@ -198,51 +196,85 @@ def accumulators(cfg: KernelConfig) -> int:
     return cfg.tile_m * cfg.tile_n // (cfg.waves * 64)  # 64 lanes per wave
 
 
-def agpr_accumulator_floor(cfg: KernelConfig) -> int:
-    """How many accumulator registers ``cfg`` must hold in AGPRs (0: no AGPR claim).
+_INSN = re.compile(r"^\s+(\S+)\s*(.*?)\s*//\s*([0-9A-F]+):(.*)$", re.M)
+_TARGET = re.compile(r"<\S+\+0x([0-9a-f]+)>")
+_MFMA_OPS = re.compile(r"^([av])\[(\d+):(\d+)\], \S+, \S+, (\S+?),?(?:\s|$)")  # D, A, B, C
+_MOVES = ("v_accvgpr_read_b32", "v_accvgpr_write_b32", "v_accvgpr_mov_b32")
 
-    A config claims AGPR accumulators when its accumulators alone fill the 256 arch VGPRs (256 x 256
-    on 4 waves): they cannot all stay there next to the fragments and addresses. The compiler, not
-    the kernel, splits them (LLVM 22 selects VGPR-form MFMAs and rewrites to AGPR form what does not
-    fit; ``amdgpu-mfma-vgpr-form=false`` changes nothing here), so the floor is a documented lower
-    bound rather than all of them: a quarter. Measured (docs/kernels.md): 74 - 184 of 256.
+
+def _instructions(text: str) -> list[tuple[int, str, str]]:
+    """``(offset in the kernel, opcode, operands + encoding comment)`` of each instruction of a
+    one-kernel disassembly (a branch's ``<kernel+0xOFFSET>`` target is in the comment)."""
+    rows = [(int(a, 16), op, f"{args} {tail}") for op, args, a, tail in _INSN.findall(text)]
+    base = rows[0][0] if rows else 0
+    return [(a - base, op, args) for a, op, args in rows]
+
+
+def _loop_bodies(insns: list[tuple[int, str, str]]) -> list[list[tuple[int, str, str]]]:
+    """The instructions of each loop: from a backward branch's target to the branch."""
+    bodies = []
+    for off, op, args in insns:
+        target = _TARGET.search(args) if op.startswith(("s_branch", "s_cbranch")) else None
+        if target is not None and int(target.group(1), 16) <= off:
+            lo = int(target.group(1), 16)
+            bodies.append([i for i in insns if lo <= i[0] <= off])
+    return bodies
+
+
+def accumulator_report(text: str) -> dict[str, int]:
+    """Where a kernel's MFMAs accumulate in its K loops, read off its disassembly ``text``.
+
+    ``agpr_accumulators`` / ``vgpr_accumulators``: distinct AGPRs / arch VGPRs that MFMAs inside loops
+    write; ``not_in_place``: loop MFMAs whose D is not their C (the accumulator moves to other
+    registers each iteration); ``loop_moves``: ``v_accvgpr_read/write/mov`` inside a loop (registers
+    moved between the files in the K loop); ``loops``: how many loops.
     """
-    acc = accumulators(cfg)
-    return acc // 4 if acc >= ARCH_VGPRS else 0
-
-
-def _agpr_accumulators(text: str) -> int:
-    """Distinct AGPRs that MFMAs of the disassembly ``text`` write (their destination is the accumulator)."""
-    regs: set[int] = set()
-    for lo, hi in re.findall(r"^\s+v_mfma\S*\s+a\[(\d+):(\d+)\]", text, re.M):
-        regs.update(range(int(lo), int(hi) + 1))
-    return len(regs)
+    bodies = _loop_bodies(_instructions(text))
+    regs: dict[str, set[int]] = {"a": set(), "v": set()}
+    not_in_place = moves = 0
+    for body in bodies:
+        for _, op, args in body:
+            moves += op in _MOVES
+            m = _MFMA_OPS.match(args) if op.startswith("v_mfma") else None
+            if m:
+                regs[m.group(1)].update(range(int(m.group(2)), int(m.group(3)) + 1))
+                not_in_place += m.group(4) != f"{m.group(1)}[{m.group(2)}:{m.group(3)}]"
+    return {
+        "agpr_accumulators": len(regs["a"]),
+        "vgpr_accumulators": len(regs["v"]),
+        "not_in_place": not_in_place,
+        "loop_moves": moves,
+        "loops": len(bodies),
+    }
 
 
 def isa_report(cfg: KernelConfig, arch: str = "gfx950") -> dict[str, Any]:
     """The ISA budget checks of one config, with the numbers behind them.
 
     Checks: the expected MFMA opcode occurs, no scratch, no spills, static LDS within 160 KiB,
-    VGPR + AGPR within 512 (``vgpr`` is the total, ``agpr`` its AGPR part), and for configs that claim
-    AGPR accumulators (:func:`agpr_accumulator_floor` > 0) ``agpr_accumulators``: at least that many
-    distinct AGPRs are MFMA destinations. ``ok`` is True when all hold.
+    VGPR + AGPR within 512 (``vgpr`` is the total, ``agpr`` its AGPR part), and ``accumulators``: the
+    K loop's MFMAs accumulate in place (D is C) into exactly the config's :func:`accumulators`
+    registers, all AGPRs where ``cfg.agpr_accumulators`` (kernels/mfma.py pins them) and all arch
+    VGPRs otherwise, and no loop moves a register between the files. ``ok`` is True when all hold.
     """
     ck = compile_config(cfg, arch)
     r = ck.resources
     mfma = EXPECTED_MFMA[cfg.lhs_format]
     text = toolchain.disassemble(ck.code_object, arch)
     mfma_count = len(re.findall(rf"^\s+{mfma}\s", text, re.M))
-    agpr_acc = _agpr_accumulators(text)
-    floor = agpr_accumulator_floor(cfg)
+    acc = accumulator_report(text)
     checks = {
         "mfma": mfma_count > 0,
         "scratch": r.scratch_bytes == 0,
         "spills": r.vgpr_spill_count == 0 and r.sgpr_spill_count == 0,
         "lds": r.lds_bytes <= LDS_BUDGET,
         "registers": r.vgpr_count <= REGISTER_BUDGET,
+        "accumulators": acc["loops"] > 0
+        and acc["loop_moves"] == 0
+        and acc["not_in_place"] == 0
+        and acc["agpr_accumulators" if cfg.agpr_accumulators else "vgpr_accumulators"] == accumulators(cfg)
+        and acc["vgpr_accumulators" if cfg.agpr_accumulators else "agpr_accumulators"] == 0,
     }
-    if floor:
-        checks["agpr_accumulators"] = r.agpr_count > 0 and agpr_acc >= floor
     return {
         "config": cfg.name,
         "arch": arch,
@@ -251,8 +283,7 @@ def isa_report(cfg: KernelConfig, arch: str = "gfx950") -> dict[str, Any]:
         "mfma_count": mfma_count,
         "vgpr": r.vgpr_count,
         "agpr": r.agpr_count,
-        "agpr_accumulators": agpr_acc,
-        "agpr_accumulator_floor": floor,
+        **acc,
         "sgpr": r.sgpr_count,
         "lds_bytes": r.lds_bytes,
         "scratch_bytes": r.scratch_bytes,
@@ -268,10 +299,10 @@ def _family() -> tuple[KernelConfig, ...]:
     """Every per-tensor config of the family: 256 x 256 tiles for every kind, 128 x 128 for 16-bit and
     FP8 TN.
 
-    bf16 / fp16 run 256 x 256 on 4 waves (2 x 2 waves of 128 x 128), the reviewed design's AGPR form:
-    256 accumulators per lane, part of them in AGPRs (``isa_report``'s ``agpr_accumulators``). fp32
-    and FP8 keep 8 waves: at 4 waves their compiles spill (fp32: 4 - 50 registers, FP8: 12), so
-    their 4-wave form is not built. The 128 x 128 tiles are 8 waves (64 accumulators per lane).
+    256 x 256 runs on 4 waves (2 x 2 waves of 128 x 128: 256 accumulators per lane, pinned in AGPRs,
+    kernels/mfma.py) for bf16, fp16 and FP8, and on 8 waves (2 x 4, 128 accumulators per lane) for
+    fp32, whose MFMAs are LLVM's own (``KernelConfig.agpr_accumulators``). The 128 x 128 tiles are 8
+    waves (64 accumulators per lane, pinned).
     """
     F = Format
     out = [F.FP32, F.BF16, F.FP16]
@@ -280,10 +311,10 @@ def _family() -> tuple[KernelConfig, ...]:
         for lk, rk in ((True, True), (True, False), (False, False)):  # TN, NN, NT
             cfgs += [KernelConfig(fmt, fmt, lk, rk, o, waves=4) for o in out]
     for lk, rk in ((True, True), (True, False), (False, False)):
-        cfgs += [KernelConfig(F.FP32, F.FP32, lk, rk, o, tile_k=32) for o in out]
+        cfgs += [KernelConfig(F.FP32, F.FP32, lk, rk, o, tile_k=32, waves=8) for o in out]
     for a in (F.FP8_E4M3, F.FP8_E5M2):
         for b in (F.FP8_E4M3, F.FP8_E5M2):
-            cfgs += [KernelConfig(a, b, True, True, o, tile_k=128) for o in out]
+            cfgs += [KernelConfig(a, b, True, True, o, tile_k=128, waves=4) for o in out]
     # 128 x 128 tiles for TN (fprop) problems whose 256 x 256 grid would leave CUs idle (select.py).
     small = [
         dataclasses.replace(c, tile_m=128, tile_n=128, waves=8)
@@ -295,13 +326,18 @@ def _family() -> tuple[KernelConfig, ...]:
 
 def _mx_family() -> tuple[KernelConfig, ...]:
     """MXFP8 (kernels/mx.py): every E4M3/E5M2 pair in TN, NN and NT (K-major rowwise storages, N/M-major
-    columnwise ones read with ``ds_read_b64_tr_b8``), 256 x 256 x 128 tiles: one K-step per K tile."""
+    columnwise ones read with ``ds_read_b64_tr_b8``), 256 x 256 x 128 tiles on 4 waves: one K-step per
+    K tile, accumulators pinned in AGPRs."""
     F = Format
     kinds = (F.MXFP8_E4M3, F.MXFP8_E5M2)
     outs = (F.FP32, F.BF16, F.FP16)
     majors = ((True, True), (True, False), (False, False))  # TN, NN, NT
     return tuple(
-        KernelConfig(a, b, lk, rk, o, tile_k=128) for lk, rk in majors for a in kinds for b in kinds for o in outs
+        KernelConfig(a, b, lk, rk, o, tile_k=128, waves=4)
+        for lk, rk in majors
+        for a in kinds
+        for b in kinds
+        for o in outs
     )
 
 

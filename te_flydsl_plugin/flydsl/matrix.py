@@ -34,6 +34,8 @@ EPILOGUES = tuple(EPILOGUE_LAYOUTS)
 # K must be a multiple of this: 16-byte vectors along K, and one E8M0 scale per 32 elements for MX.
 K_MULTIPLE = {Format.FP32: 4, Format.FP16: 8, Format.BF16: 8, Format.FP8_E4M3: 16, Format.FP8_E5M2: 16}
 MX_K_MULTIPLE = 32
+# N must be a multiple of this: the kernels' epilogue stores 4 adjacent output columns as one vector.
+OUT_VEC = 4
 
 _FP8 = (Format.FP8_E4M3, Format.FP8_E5M2)
 _MX = (Format.MXFP8_E4M3, Format.MXFP8_E5M2)
@@ -92,7 +94,11 @@ RULES: tuple[tuple[str, str], ...] = (
         "compiled kernels target gfx950 (MI355X); the reference executor evaluates the same rules anywhere",
     ),
     ("layouts", "TN, NN, NT (TT is rejected by TE itself)"),
-    ("shapes", "M and N any size (edge tiles through buffer bounds); K a multiple of the row's k_multiple"),
+    (
+        "shapes",
+        f"M any size, N a multiple of {OUT_VEC} (edge tiles through buffer bounds; the epilogue stores "
+        f"{OUT_VEC} adjacent output columns as one vector); K a multiple of the row's k_multiple",
+    ),
     (
         "non-K-major operands",
         "bf16/fp16/fp32 operands that are not K-major (NN's A, NT's A and B) need their contiguous dim to "
@@ -107,7 +113,11 @@ RULES: tuple[tuple[str, str], ...] = (
         "returned); dgelu / dgelu_bgrad in NN (dgrad, needs gelu_in)",
     ),
     ("alpha, beta, accumulate", "any alpha; beta and accumulate read and update D in place"),
-    ("output", "fp32, bf16, fp16; D given or allocated; a given D must be contiguous"),
+    (
+        "output",
+        f"fp32, bf16, fp16; D given or allocated; a given D must be contiguous and start on a multiple of "
+        f"{OUT_VEC} elements",
+    ),
     ("output quantizer", "not supported: declined (TE quantizes the output natively)"),
     ("comm overlap", "not supported: declined (comm_overlap, comm_type, extra_output, bulk_overlap)"),
     ("use_split_accumulator", "honoured: kernels always accumulate in fp32 across the whole K"),

@@ -27,7 +27,7 @@ class KernelConfig:
     tile_m: int = 256
     tile_n: int = 256
     tile_k: int = 64
-    waves: int = 8
+    waves: int = 4  # 2 x 2 waves; 8 (2 x 4) for fp32 and the 128 x 128 tiles (compiled.FAMILY)
 
     @property
     def scaling(self) -> str:
@@ -35,6 +35,16 @@ class KernelConfig:
         if self.lhs_format.is_mx:
             return "mx"
         return "tensor" if self.lhs_format.is_fp8 else "none"
+
+    @property
+    def agpr_accumulators(self) -> bool:
+        """Whether the kernel pins its accumulators in AGPRs (kernels/mfma.py): every format but fp32.
+
+        fp32's 16x16x4 MFMA takes eight K-chunks per 32-element K tile; pinned, its fragments and
+        addresses overflow the arch VGPRs (36 - 57 spills at 4 and 8 waves), so fp32 keeps LLVM's
+        own MFMA selection at 8 waves, where all 128 accumulators fit the arch VGPRs with no moves.
+        """
+        return self.lhs_format is not Format.FP32
 
     @property
     def name(self) -> str:

@@ -8,9 +8,11 @@ K, the leading strides, alpha and beta are runtime arguments, so one compile ser
 Design (docs/kernels.md has the reasons at length):
 
 * 256x256 output tile per workgroup of 4 waves (2 x 2, each wave a 128 x 128 block of 16x16 MFMAs,
-  256 fp32 accumulators per lane, which overflow the arch VGPRs into AGPRs) or 8 waves (2 x 4,
-  128 x 64 per wave) where 4 spill (fp32, FP8, MXFP8); the accumulators live in registers for the
-  whole K loop. 128 x 128 tiles use 8 waves.
+  256 fp32 accumulators per lane pinned in AGPRs by ``kernels/mfma.py``, which issues the MFMAs),
+  or for fp32 8 waves (2 x 4, 128 x 64 per wave, LLVM's own MFMAs, accumulators in arch VGPRs); the
+  accumulators stay in place for the whole K loop. 128 x 128 tiles use 8 waves. The MFMAs compute
+  the tile transposed (A = rhs, B = lhs), so a lane's 4 accumulators of a block are 4 adjacent
+  output columns, stored as one vector.
 * LDS ping-pong: two stages, each holding one ``[tile, tile_k]`` slice of both operands, filled by
   direct global->LDS DMA (``buffer_load ... lds``); the load of K tile ``t + 1`` runs while tile
   ``t`` is multiplied. A runtime loop, so K is not unrolled into the code.
@@ -20,8 +22,8 @@ Design (docs/kernels.md has the reasons at length):
   any copy.
 * Edges through buffer bounds: every element the tile does not own (rows past M/N, K past K) is
   loaded through an offset past the buffer resource's size, which the hardware answers with zero,
-  and the matching stores are dropped the same way. So M and N need not be tile multiples and K only
-  a multiple of one 16-byte vector.
+  and the matching stores are dropped the same way. So M and N need not be tile multiples (N is a
+  multiple of 4, the output vector) and K only a multiple of one 16-byte vector.
 * XCD-aware tile order: the dispatcher deals workgroups round-robin to 8 XCDs; we renumber them so
   each XCD works on a contiguous range of tiles, grouped ``GROUP_M`` tile rows deep, so neighbouring
   tiles that share operand rows/columns hit the same XCD's L2.
@@ -29,6 +31,7 @@ Design (docs/kernels.md has the reasons at length):
   packed layout fed to the scaled MFMA from registers (``kernels/mx.py``).
 """
 
+import functools
 from dataclasses import dataclass
 
 import flydsl.compiler as flyc
@@ -36,14 +39,14 @@ import flydsl.expr as fx
 from flydsl.expr import const_expr, range_constexpr, rocdl
 
 from ...spec import Format
-from . import mx
+from ..matrix import OUT_VEC  # output columns per accumulator block: one vector store (store_tile)
+from . import mfma, mx
 from .config import KernelConfig
 
 WAVE_SIZE = 64
 DMA_BYTES = 16  # one direct global->LDS transfer per lane
 NUM_XCDS = 8
 GROUP_M = 8
-_UNIT_SCALE = 127  # E8M0 encoding of 1.0
 _OOB_BYTES = 1 << 31  # a byte offset no piece's buffer reaches (the plan keeps spans < 2**31 - 1)
 
 # Format -> (FlyDSL element type name, MFMA shape K). The MFMA per format is the widest gfx950 has.
@@ -72,6 +75,7 @@ class GemmParams:
     rhs_k_major: fx.Constexpr[bool]
     scaled: fx.Constexpr[bool]  # the MFMA is the scaled f8f6f4 one (FP8 and MXFP8)
     mx: fx.Constexpr[bool]  # its scales are E8M0 block scales from registers (kernels/mx.py)
+    pinned: fx.Constexpr[bool]  # accumulators pinned in AGPRs (kernels/mfma.py), else LLVM's MFMAs
     elem_bytes: fx.Constexpr[int]
     out_bytes: fx.Constexpr[int]
     tile_m: fx.Constexpr[int]
@@ -103,7 +107,7 @@ def params_for(cfg: KernelConfig) -> GemmParams:
     if cfg.scaling == "none" and cfg.lhs_format != cfg.rhs_format:
         raise ValueError(f"{cfg.name}: mixed formats exist only between FP8 kinds")
     if cfg.scaling == "mx" and cfg.tile_k != mx.TILE_K:
-        raise ValueError(f"{cfg.name}: MXFP8 needs tile_k == {mx.TILE_K} (one K-step per tile, op_sel static)")
+        raise ValueError(f"{cfg.name}: MXFP8 needs tile_k == {mx.TILE_K} (one K-step, one scale byte, per tile)")
     if cfg.out_format not in _OUT:
         raise ValueError(f"{cfg.name}: output must be fp32, bf16 or fp16")
     if cfg.epilogue != "plain":
@@ -122,6 +126,7 @@ def params_for(cfg: KernelConfig) -> GemmParams:
         rhs_k_major=cfg.rhs_k_major,
         scaled=cfg.scaling != "none",
         mx=cfg.scaling == "mx",
+        pinned=cfg.agpr_accumulators,
         elem_bytes=itemsize,
         out_bytes=cfg.out_format.itemsize,
         tile_m=cfg.tile_m,
@@ -244,7 +249,6 @@ def gemm_kernel(
 ):
     elem_a = getattr(fx, p.lhs_elem)
     elem_b = getattr(fx, p.rhs_elem)
-    elem_out = getattr(fx, p.out_elem)
     tile_m = p.tile_m
     tile_n = p.tile_n
     tile_k = p.tile_k
@@ -252,7 +256,6 @@ def gemm_kernel(
     vec = DMA_BYTES // p.elem_bytes
     k_chunks = tile_k // p.mma_k
     oob_in = -(_OOB_BYTES // p.elem_bytes)  # wraps to byte offset 2**31 once scaled
-    oob_out = -(_OOB_BYTES // p.out_bytes)
 
     # Built here, not passed in: a TiledMma argument would carry the MFMA's state as kernel arguments.
     tiled_mma = make_tiled_mma(p)
@@ -334,98 +337,93 @@ def gemm_kernel(
             k_tile,
         )
 
+    # The MMA computes the tile transposed: its A operand is rhs (output columns), its B operand lhs
+    # (output rows), so each lane's 4 accumulators of one MFMA are 4 adjacent output columns.
     thr_mma = tiled_mma.thr_slice(tid)
-    s2r_a = _s2r_atom(p, elem_a, p.lhs_k_major)
-    s2r_b = _s2r_atom(p, elem_b, p.rhs_k_major)
-    thr_copy_a = fx.make_tiled_copy_A(s2r_a, tiled_mma).get_slice(tid)
-    thr_copy_b = fx.make_tiled_copy_B(s2r_b, tiled_mma).get_slice(tid)
+    s2r_rhs = _s2r_atom(p, elem_b, p.rhs_k_major)
+    s2r_lhs = _s2r_atom(p, elem_a, p.lhs_k_major)
+    thr_copy_rhs = fx.make_tiled_copy_A(s2r_rhs, tiled_mma).get_slice(tid)
+    thr_copy_lhs = fx.make_tiled_copy_B(s2r_lhs, tiled_mma).get_slice(tid)
 
-    frag_a = thr_mma.make_fragment_A(fx.make_view(lds_a, a_layout))
-    frag_b = thr_mma.make_fragment_B(fx.make_view(lds_b, b_layout))
-    g_out = fx.flat_divide(o_buf, (tile_m, tile_n))[None, None, 0, 0]
-    acc = thr_mma.make_fragment_C(g_out)
+    frag_rhs = thr_mma.make_fragment_A(fx.make_view(lds_b, b_layout))
+    frag_lhs = thr_mma.make_fragment_B(fx.make_view(lds_a, a_layout))
+    acc = thr_mma.make_fragment_C(fx.make_view(fx.get_iter(o_buf), fx.make_layout((tile_n, tile_m), (1, tile_n))))
     acc.fill(0.0)
-    frag_a_copy = thr_copy_a.retile(frag_a)
-    frag_b_copy = thr_copy_b.retile(frag_b)
+    if const_expr(p.pinned):
+        # The zeros are VALU writes the first MFMAs read: the wait states between them (kernels/mfma.py).
+        mfma.fence_accumulators(acc, mfma.OPERAND_WAIT_STATES)
+    frag_rhs_copy = thr_copy_rhs.retile(frag_rhs)
+    frag_lhs_copy = thr_copy_lhs.retile(frag_lhs)
 
-    def multiply(stage, words=None, step=0):
-        """One K tile from LDS stage ``stage``; MXFP8 passes this tile's scale ``words`` and K-step."""
-        src_a = thr_copy_a.partition_S(fx.make_view(lds_a + stage * (tile_m * tile_k), a_layout))
-        src_b = thr_copy_b.partition_S(fx.make_view(lds_b + stage * (tile_n * tile_k), b_layout))
-        for kc in range_constexpr(k_chunks):
-            fx.copy(s2r_b, src_b[None, None, kc], frag_b_copy[None, None, kc])
-            fx.copy(s2r_a, src_a[None, None, kc], frag_a_copy[None, None, kc])
-            if const_expr(p.mx):
-                mx.scaled_gemm(tiled_mma, mx_atoms, step, acc, frag_a[None, None, kc], frag_b[None, None, kc], *words)
-            elif const_expr(p.scaled):
-                fx.gemm(
-                    tiled_mma,
-                    acc,
-                    frag_a[None, None, kc],
-                    frag_b[None, None, kc],
-                    acc,
-                    scale_a=fx.Int32(_UNIT_SCALE),
-                    scale_b=fx.Int32(_UNIT_SCALE),
+    def multiply(stage, words=None):
+        """One K tile from LDS stage ``stage``; MXFP8 passes its (rhs, lhs) scale ``words`` (byte 0)."""
+        src_rhs = thr_copy_rhs.partition_S(fx.make_view(lds_b + stage * (tile_n * tile_k), b_layout))
+        src_lhs = thr_copy_lhs.partition_S(fx.make_view(lds_a + stage * (tile_m * tile_k), a_layout))
+
+        if const_expr(not p.pinned):
+            # LLVM's own MFMA selection (fp32: KernelConfig.agpr_accumulators): its scheduler
+            # interleaves the reads with the MFMAs itself.
+            for kc in range_constexpr(k_chunks):
+                fx.copy(s2r_lhs, src_lhs[None, None, kc], frag_lhs_copy[None, None, kc])
+                fx.copy(s2r_rhs, src_rhs[None, None, kc], frag_rhs_copy[None, None, kc])
+                fx.gemm(tiled_mma, acc, frag_rhs[None, None, kc], frag_lhs[None, None, kc], acc)
+            return
+
+        def reads(kc):
+            """Issuers of chunk ``kc``'s fragment reads, one per repetition: (MMA A = rhs, MMA B = lhs)."""
+            return tuple(
+                [functools.partial(fx.copy, s2r, src[None, r, kc], dst[None, r, kc]) for r in range(reps)]
+                for s2r, src, dst, reps in (
+                    (s2r_rhs, src_rhs, frag_rhs_copy, fx.size(frag_rhs.shape[1]).get_static_leaf_int),
+                    (s2r_lhs, src_lhs, frag_lhs_copy, fx.size(frag_lhs.shape[1]).get_static_leaf_int),
                 )
-            else:
-                fx.gemm(tiled_mma, acc, frag_a[None, None, kc], frag_b[None, None, kc], acc)
+            )
+
+        # The MFMAs run B-repetition by B-repetition (kernels/mfma.py), and what they read is issued
+        # among them: with several K chunks, chunk kc + 1's fragments during chunk kc; with one, each B
+        # fragment during the MFMAs of the one before it (so only A's and two of B's are live).
+        a_reads, b_reads = reads(0)
+        first = a_reads + b_reads if k_chunks > 1 else a_reads + b_reads[:1]
+        for issue in first:
+            issue()
+        for kc in range_constexpr(k_chunks):
+            later = [issue for side in reads(kc + 1) for issue in side] if kc + 1 < k_chunks else []
+            upcoming = b_reads[1:] if k_chunks == 1 else later
+            mfma.gemm(
+                acc, frag_rhs[None, None, kc], frag_lhs[None, None, kc], p.rhs_elem, p.lhs_elem, p.mx, words, upcoming
+            )
 
     # Ping-pong: the barrier after the wait both publishes tile t and proves every wave has finished
     # reading the stage that the next fill overwrites (it was read in iteration t - 1).
     if const_expr(p.mx):
-        # Groups of four K tiles share one scale word per repetition (kernels/mx.py), loaded with the
-        # DMA of the group's first tile and waited for with it.
-        mx_atoms = mx.mfma_atoms(elem_a, elem_b)
-        m_reps = tile_m // (p.m_waves * 16)
-        n_reps = tile_n // (p.n_waves * 16)
-        rows_a = thr_mma.partition_A(fx.make_view(0, fx.make_layout((tile_m, tile_k), (1, 0))))
-        rows_b = thr_mma.partition_B(fx.make_view(0, fx.make_layout((tile_n, tile_k), (1, 0))))
-        sw_a = mx.ScaleWords(lhs_scale, row0, m, mx.rep_row_tiles(rows_a, m_reps))
-        sw_b = mx.ScaleWords(rhs_scale, col0, n, mx.rep_row_tiles(rows_b, n_reps))
+        # Groups of four K tiles share one scale word per repetition (kernels/mx.py), in MMA operand
+        # order (A = rhs, B = lhs); a group's words are issued with the DMA of its first tile.
+        rhs_reps = tile_n // (p.n_waves * 16)
+        lhs_reps = tile_m // (p.m_waves * 16)
+        rows_rhs = thr_mma.partition_A(fx.make_view(0, fx.make_layout((tile_n, tile_k), (1, 0))))
+        rows_lhs = thr_mma.partition_B(fx.make_view(0, fx.make_layout((tile_m, tile_k), (1, 0))))
+        sw_rhs = mx.ScaleWords(rhs_scale, col0, n, mx.rep_row_tiles(rows_rhs, rhs_reps))
+        sw_lhs = mx.ScaleWords(lhs_scale, row0, m, mx.rep_row_tiles(rows_lhs, lhs_reps))
         steps = mx.STEPS_PER_WORD
         groups = (k_tiles + steps - 1) // steps
-        if const_expr(p.lhs_k_major and p.rhs_k_major):
-            # K-major: each group unrolled, so K-step j's byte is op_sel j (no shifts). Words are not
-            # loaded a group ahead: 12 more live VGPRs than the 256 a wave has at 2 waves per SIMD.
-            # The last group is peeled so no DMA is issued past it.
-            fill_stage(0, 0)
-            for g in range(0, groups - 1, 1):
-                words = (mx.load_words(sw_a, g, groups), mx.load_words(sw_b, g, groups))
-                for j in range_constexpr(steps):
-                    rocdl.s_waitcnt(vmcnt=0)
-                    rocdl.s_barrier()
-                    fill_stage((j + 1) % 2, g * steps + j + 1)
-                    multiply(j % 2, words, j)
-            last_group = (groups < 1).select(0, groups - 1)  # K = 0 multiplies zero-filled stages
-            words = (mx.load_words(sw_a, last_group, groups), mx.load_words(sw_b, last_group, groups))
-            for j in range_constexpr(steps):
-                rocdl.s_waitcnt(vmcnt=0)
-                rocdl.s_barrier()
-                if const_expr(j < steps - 1):
-                    fill_stage((j + 1) % 2, last_group * steps + j + 1)
-                multiply(j % 2, words, j)
-        else:
-            # An N/M-major operand's transposed fragment reads need more VGPRs, and the unrolled group
-            # then spills (27+ even with unit scales): keep the one-tile loop and move byte t % 4 of
-            # each word down (12 shifts per K-step, op_sel 0).
-            fill_stage(0, 0)
-            words = (mx.load_words(sw_a, 0, groups), mx.load_words(sw_b, 0, groups))
-            for t in range(0, k_tiles - 1, 1):
-                rocdl.s_waitcnt(vmcnt=0)
-                rocdl.s_barrier()
-                fill_stage((t + 1) % 2, t + 1)
-                upcoming = words
-                # The next tile opens a group: its words are issued with its DMA, before this tile's
-                # MFMAs, which hide their latency (the 12 extra live VGPRs fit in this form).
-                if (t + 1) % steps == 0:
-                    group = (t + 1) // steps
-                    upcoming = (mx.load_words(sw_a, group, groups), mx.load_words(sw_b, group, groups))
-                multiply(t % 2, mx.byte_down(words, t))
-                words = upcoming
+        # One K tile per iteration; tile t's scales are byte t % 4 of the group's words, which the
+        # MFMAs read as byte 0: the words shift down one byte per tile (kernels/mx.py).
+        fill_stage(0, 0)
+        words = (mx.load_words(sw_rhs, 0, groups), mx.load_words(sw_lhs, 0, groups))
+        for t in range(0, k_tiles - 1, 1):
             rocdl.s_waitcnt(vmcnt=0)
             rocdl.s_barrier()
-            last = (k_tiles < 1).select(1, k_tiles)  # K = 0 multiplies the zero-filled stage 0
-            multiply((last + 1) % 2, mx.byte_down(words, last - 1))
+            fill_stage((t + 1) % 2, t + 1)
+            multiply(t % 2, words)
+            if (t + 1) % steps == 0:
+                group = (t + 1) // steps
+                words = (mx.load_words(sw_rhs, group, groups), mx.load_words(sw_lhs, group, groups))
+            else:
+                words = mx.next_byte(words)
+        rocdl.s_waitcnt(vmcnt=0)
+        rocdl.s_barrier()
+        last = (k_tiles < 1).select(1, k_tiles)  # K = 0 multiplies the zero-filled stage 0
+        multiply((last + 1) % 2, words)
     else:
         fill_stage(0, 0)
         for t in range(0, k_tiles - 1, 1):
@@ -445,41 +443,92 @@ def gemm_kernel(
         sa = fx.rocdl.make_buffer_tensor(lhs_scale, max_size=False)
         sb = fx.rocdl.make_buffer_tensor(rhs_scale, max_size=False)
         scale = alpha * sa[0] * sb[0]
-
-    rows_of = thr_mma.partition_C(fx.make_view(0, fx.make_layout((tile_m, tile_n), (1, 0))))
-    cols_of = thr_mma.partition_C(fx.make_view(0, fx.make_layout((tile_m, tile_n), (0, 1))))
-    o_lin = fx.make_view(fx.get_iter(o_buf), fx.make_layout(1, 1))
-    count = fx.size(acc.shape).unpack()
-
-    def out_offset(i):
-        g_row = row0 + fx.get_scalar(rows_of[i])
-        g_col = col0 + fx.get_scalar(cols_of[i])
-        return ((g_row < m) & (g_col < n)).select(g_row * ld_out + g_col, oob_out)
-
+    # beta == 0 never reads D (it may hold NaN or be uninitialised): two epilogues, a uniform branch.
+    tile = (p, acc, thr_mma, o_buf, row0, col0, m, n, ld_out, scale, beta)
     if beta == 0.0:
-        for i in range_constexpr(count):
-            fx.make_view(fx.get_iter(o_lin) + out_offset(i), fx.make_layout(1, 1))[0] = (acc[i] * scale).to(elem_out)
+        store_tile(*tile, False)
     else:
-        for i in range_constexpr(count):
-            dst = fx.make_view(fx.get_iter(o_lin) + out_offset(i), fx.make_layout(1, 1))
-            dst[0] = (acc[i] * scale + dst[0].to(fx.Float32) * beta).to(elem_out)
+        store_tile(*tile, True)
+
+
+def store_tile(p, acc, thr_mma, o_buf, row0, col0, m, n, ld_out, scale, beta, reads_out):
+    """The epilogue: ``out = scale * acc (+ beta * out)`` for this thread's accumulators.
+
+    Accumulator block ``(i, j)`` holds 4 adjacent columns of one output row (the tiled MMA computes
+    the tile transposed); where it maps to comes from the tiled MMA's own C partition. Each block is
+    one 8-byte (16-bit outputs) or 16-byte (fp32) buffer access: the block starts on a multiple of 4
+    columns and N, ``ld_out`` and the base are multiples of 4 elements (``launch_geometry``; the
+    matrix declines other outputs), so a block is whole and aligned, all inside N or all outside. Rows
+    past M and columns past N go through the out-of-bounds offset: the hardware drops those stores.
+    ``reads_out`` (beta != 0): each row of blocks issues all its loads before its stores, because a
+    load after a store to the same buffer cannot be moved above it (the compiler must assume they
+    alias) and would otherwise wait a full memory round trip per block.
+    """
+    elem_out = getattr(fx, p.out_elem)
+    oob_out = -(_OOB_BYTES // p.out_bytes)
+    if const_expr(p.pinned):
+        # MFMA results -> the reads below: the wait states the compiler cannot see (kernels/mfma.py).
+        # Fenced here, in each epilogue's own block, so the AGPR -> VGPR reads follow the stores
+        # instead of all being hoisted above the four-way branch (which spills).
+        mfma.fence_accumulators(acc)
+    a_reps = fx.size(acc.shape[1]).get_static_leaf_int
+    b_reps = fx.size(acc.shape[2]).get_static_leaf_int
+    n_of = thr_mma.partition_C(fx.make_view(0, fx.make_layout((p.tile_n, p.tile_m), (1, 0))))
+    m_of = thr_mma.partition_C(fx.make_view(0, fx.make_layout((p.tile_n, p.tile_m), (0, 1))))
+    out_it = fx.get_iter(o_buf)
+    atom = fx.make_copy_atom(fx.rocdl.BufferCopy128b() if p.out_bytes == 4 else fx.rocdl.BufferCopy64b(), elem_out)
+    block = fx.make_layout(4, 1)
+
+    # The lane's first block, and each block relative to it: the differences are the layout's constants,
+    # which the compiler folds, so a block costs an add and two compares on three live VGPRs instead of
+    # a precomputed row and column per block (which, kept across the K loop, spill MXFP8's kernels).
+    m0 = fx.get_scalar(m_of[0])
+    n0 = fx.get_scalar(n_of[0])
+    lane_row = row0 + m0
+    lane_col = col0 + n0
+    lane_off = lane_row * ld_out + lane_col
+
+    def where(i, j):
+        """Linear offset of block ``(i, j)``, or the dropped offset past M / N."""
+        first = 4 * (i + a_reps * j)  # its first element: the C partition's shape is ((4, 1), a_reps, b_reps)
+        dm = fx.get_scalar(m_of[first]) - m0
+        dn = fx.get_scalar(n_of[first]) - n0
+        inside = (lane_row + dm < m) & (lane_col + dn < n)
+        return inside.select(lane_off + dm * ld_out + dn, oob_out)
+
+    for i in range_constexpr(a_reps):
+        dsts = [fx.make_view(out_it + where(i, j), block) for j in range_constexpr(b_reps)]
+        olds = []
+        if const_expr(reads_out):
+            for j in range_constexpr(b_reps):
+                olds.append(fx.make_rmem_tensor(block, elem_out))
+                fx.copy_atom_call(atom, dsts[j], olds[j])
+        for j in range_constexpr(b_reps):
+            vals = fx.Vector(acc[None, i, j].load(), (4,), fx.Float32) * scale  # shape (4, 1) -> (4,)
+            if const_expr(reads_out):
+                vals = vals + olds[j].load().to(fx.Float32) * beta
+            r = fx.make_rmem_tensor(block, elem_out)
+            r.store(vals.to(elem_out))
+            fx.copy_atom_call(atom, r, dsts[j])
 
 
 def make_tiled_mma(p: GemmParams) -> fx.TiledMma:
-    """The wave grid of 16x16 MFMAs.
+    """The wave grid of 16x16 MFMAs, over the tile transposed: A is rhs (N), B is lhs (M).
 
-    FP8 goes through gfx950's f8f6f4 MFMA, whose per-operand format codes (cbsz / blgp) take E4M3
-    and E5M2 independently, so mixed FP8 needs no conversion. Its block scales are pinned to E8M0
-    1.0 (``_UNIT_SCALE``, set inside the kernel so it is an immediate, not a kernel argument): the
-    per-tensor scales are applied once, in the epilogue.
+    The layout algebra (fragments, which rows a lane reads, where each accumulator belongs) is
+    FlyDSL's; the instructions are issued by ``kernels/mfma.py`` with the same operand registers, so
+    the atom only has to describe the same register layout: the f8f6f4 one for FP8 and MXFP8 (E4M3
+    and E5M2 chosen per operand by cbsz / blgp, so mixed FP8 needs no conversion; per-tensor scales
+    are applied in the epilogue). Wave ``w`` owns row block ``w // n_waves`` and column block
+    ``w % n_waves``.
     """
-    elem_a = getattr(fx, p.lhs_elem)
-    elem_b = getattr(fx, p.rhs_elem)
+    elem_a = getattr(fx, p.rhs_elem)
+    elem_b = getattr(fx, p.lhs_elem)
     if const_expr(p.scaled):
         atom = fx.make_mma_atom(fx.rocdl.cdna4.MFMA_Scale(16, 16, p.mma_k, elem_a, elem_b))
     else:
         atom = fx.make_mma_atom(fx.rocdl.MFMA(16, 16, p.mma_k, elem_a))
-    return fx.make_tiled_mma(atom, fx.make_layout((p.m_waves, p.n_waves, 1), (p.n_waves, 1, 0)))
+    return fx.make_tiled_mma(atom, fx.make_layout((p.n_waves, p.m_waves, 1), (1, p.n_waves, 0)))
 
 
 @flyc.jit
@@ -567,6 +616,12 @@ def launch_geometry(
                 f"elements (16 bytes), got shape {tuple(t.shape)}, stride {t.stride()}, "
                 f"offset {t.storage_offset()}: the matrix's alignment rules must decline this"
             )
+    # The epilogue stores 4 adjacent columns as one 8- or 16-byte vector (store_tile).
+    if out.numel() and (n % OUT_VEC or (m > 1 and out.stride(0) % OUT_VEC) or out.storage_offset() % OUT_VEC):
+        raise ValueError(
+            f"out: its columns, leading stride and start must be multiples of {OUT_VEC} elements, got shape "
+            f"{tuple(out.shape)}, stride {out.stride()}, offset {out.storage_offset()}: the matrix must decline this"
+        )
     if (lhs.shape[0] if cfg.lhs_k_major else lhs.shape[1]) != m:
         raise ValueError("lhs rows do not match out rows")
     rhs_rows, rhs_k = (rhs.shape[0], rhs.shape[1]) if cfg.rhs_k_major else (rhs.shape[1], rhs.shape[0])

@@ -1,24 +1,20 @@
 """MXFP8 in the GEMM family: E8M0 block scales fed from the packed layout straight into MFMA registers.
 
-The family's FP8 path already multiplies with ``v_mfma_scale_f32_16x16x128_f8f6f4``; MXFP8 only
-changes what its ``scale_a`` / ``scale_b`` VGPRs hold. The packed layout (``mx_layout``,
-docs/mxfp8-layout.md) gives lane ``l`` of a wave ONE dword per 16-row tile and 512 K elements,
-``word[R, T, l]``, whose byte ``b`` is the scale that lane's 32 K elements need in K-step ``4 T + b``.
-So per 512 K a wave loads one dword per 16-row MFMA repetition of each operand (8 for the lhs, 4 for
-the rhs with the 256 x 256 tile and 2 x 4 waves), keeps them in VGPRs, and the four K-steps pick their
-byte with the instruction's ``op_sel`` immediate: four atom types (one per byte), no shifts, no LDS.
+The family's FP8 path multiplies with gfx950's f8f6f4 MFMA; MXFP8 uses its block-scaled form,
+``v_mfma_scale_f32_16x16x128_f8f6f4``, whose ``scale_a`` / ``scale_b`` VGPRs carry one E8M0 byte per
+lane and 32 K elements. The packed layout (``mx_layout``, docs/mxfp8-layout.md) gives lane ``l`` of a
+wave ONE dword per 16-row tile and 512 K elements, ``word[R, T, l]``, whose byte ``b`` is the scale
+that lane's 32 K elements need in K-step ``4 T + b``. So per 512 K a wave loads one dword per 16-row
+MFMA repetition of each operand (8 + 8 with the 256 x 256 tile and 2 x 2 waves) and keeps them in
+VGPRs: no LDS, no conversion.
 
-With ``tile_k == 128`` one K tile is one K-step and a group of four K tiles shares the words. When
-both operands are K-major the kernel unrolls the group, so step ``j``'s byte is ``op_sel`` ``j``; the
-N/M-major configs (transposed 8-bit LDS reads, more address VGPRs) would spill unrolled, so they keep
-the one-tile runtime loop and shift the step's byte down (:func:`byte_down`, ``op_sel`` 0). Either
-way a group's 12 words are issued with the DMA of its first tile and waited for with it. In the
-runtime loop they are issued before the MFMAs of the previous tile, which hide their latency; the
-unrolled form issues them just before the wait, because keeping both groups' words live there
-needs 12 more VGPRs than the 256 a wave owns at 8 waves (2 per SIMD) and spills. In the unrolled
-form the K tail is padded to the group: tiles past K load zeros
-(buffer bounds) and the packed layout pads their scale bytes with 127 (2^0), so the result is exact
-and the cost is at most three K tiles of MFMAs on the last group only.
+With ``tile_k == 128`` one K tile is one K-step, and a group of four K tiles shares the words. The K
+loop runs one tile per iteration, so tile ``t``'s byte, ``t % 4``, is a runtime value: the MFMA reads
+byte 0 (``op_sel`` 0) and after each tile the words move down one byte (:func:`next_byte`, 16
+``v_lshrrev``), or, after a group's last tile, the next group's words are loaded. Those loads are
+issued after the tile's MFMAs and waited for with the next tile's DMA, so only one set of words
+(16 VGPRs on 2 x 2 waves) is ever live. (Unrolling the group would make the byte an ``op_sel``
+immediate and save the shifts, at four copies of the loop body.)
 
 The scale tensors reach the kernel as int32 views ``[row_tiles, groups * 64]`` of the packed bytes
 whose leading stride (words per 16-row tile of the whole operand) is a runtime layout value, so a
@@ -35,26 +31,15 @@ from flydsl.expr import range_constexpr, rocdl
 from flydsl.expr.typing import T
 
 from .. import mx_layout
+from . import mfma
 
 if TYPE_CHECKING:
     import torch
 
 STEPS_PER_WORD = mx_layout.STEPS_PER_WORD  # K tiles per scale word (tile_k == 128)
 WORDS_PER_GROUP = 64  # dwords per (16-row tile, word group): one per lane
-TILE_K = mx_layout.MFMA_K  # one K-step per K tile, so the op_sel byte is static per unrolled step
+TILE_K = mx_layout.MFMA_K  # one K-step per K tile: one scale byte per tile
 _OOB = 0x7FFFFFFF  # a byte offset past any buffer: the load returns 0 and touches no memory
-
-
-def mfma_atoms(elem_a: type, elem_b: type) -> tuple[fx.MmaAtom, ...]:
-    """The scaled MFMA with ``op_sel`` byte ``b`` for both operands, for ``b`` = 0..3.
-
-    The byte is part of the instruction (an immediate), hence of the atom's type: four atoms, chosen
-    per unrolled K-step.
-    """
-    return tuple(
-        fx.make_mma_atom(fx.rocdl.cdna4.MFMA_Scale(16, 16, TILE_K, elem_a, elem_b, opsel_a=b, opsel_b=b))
-        for b in range(STEPS_PER_WORD)
-    )
 
 
 def rep_row_tiles(partitioned: fx.Tensor, reps: int) -> list[fx.Int32]:
@@ -104,33 +89,17 @@ def load_words(sw: ScaleWords, group: fx.Int32, groups: fx.Int32) -> list[fx.Int
     return words
 
 
-def byte_down(words: tuple[list[fx.Int32], ...], t: fx.Int32) -> tuple[list[fx.Int32], ...]:
-    """The words with byte ``t % 4`` (K tile ``t``'s scale) moved to byte 0, for ``op_sel`` 0.
+def next_byte(words: tuple[list[fx.Int32], ...]) -> tuple[list[fx.Int32], ...]:
+    """The words one K tile on: shifted down a byte, so the next tile's scale is byte 0 (``op_sel`` 0).
 
-    Only for loops whose K-step is a runtime value (the N/M-major configs): the MFMA reads the low
-    byte, so the higher bytes left in place are ignored.
+    The MFMA reads only the low byte, so the bytes already used (shifted out) and the ones still to
+    come (above) do not matter. Shifting in place keeps one copy of the words live (16 VGPRs) instead
+    of the group's raw words plus a shifted copy. The shifts are VALU writes that the next MFMAs read,
+    so the words pass through a wait-state fence (kernels/mfma.py).
     """
-    shift = (t % STEPS_PER_WORD) * 8
-    return tuple([w >> shift for w in ws] for ws in words)
-
-
-def scaled_gemm(
-    tiled_mma: fx.TiledMma,
-    atoms: tuple[fx.MmaAtom, ...],
-    step: int,
-    acc: fx.Tensor,
-    frag_a: fx.Tensor,
-    frag_b: fx.Tensor,
-    words_a: list[fx.Int32],
-    words_b: list[fx.Int32],
-) -> None:
-    """One K-step of the wave's MFMAs: repetition ``(m, n)`` uses words ``a[m]``, ``b[n]``, byte ``step % 4``."""
-    atom = atoms[step % STEPS_PER_WORD]
-
-    def per_call(_atom: fx.MmaAtom, mnk: tuple[int, int, int]) -> fx.MmaAtom:
-        return atom.set_value({"scale_a": words_a[mnk[0]], "scale_b": words_b[mnk[1]]})
-
-    fx.gemm(tiled_mma, acc, frag_a, frag_b, acc, atom_callback=per_call)
+    flat = mfma.fence_words([w >> 8 for ws in words for w in ws])
+    cut = len(words[0])
+    return flat[:cut], flat[cut:]
 
 
 def piece_words(packed: torch.Tensor, r0: int, r1: int, k0: int, k1: int) -> torch.Tensor:

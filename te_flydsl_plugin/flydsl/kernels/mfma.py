@@ -1,0 +1,167 @@
+"""gfx950 MFMAs whose accumulators stay in AGPRs, and the wait-state fences that makes necessary.
+
+Why inline asm. gfx950's MFMAs may read C and write D in arch VGPRs or in AGPRs; LLVM 22 selects
+the VGPR form and then moves what does not fit into AGPRs, shuffling accumulators between the two
+files with ``v_accvgpr_read/write/mov`` inside the K loop (51 such moves per 128 MFMAs in the 4-wave
+bf16 kernel, measured). Emitting each MFMA as ``D = mfma(A, B, D)`` with the constraints
+``"=a,v,v,0"`` pins D (tied to C) to AGPRs: the accumulators are allocated there once, accumulate in
+place for the whole K loop, and the arch VGPRs hold only fragments and addresses. This is also how
+FlyDSL's own 4-wave GEMMs (``kernels/gemm/fp8_gemm_4wave.py`` upstream) keep theirs.
+
+What it costs. LLVM's hazard recognizer does not see an inline asm statement as an MFMA, so it
+inserts none of the wait states the hardware requires around MFMAs (AMD CDNA3/CDNA4 ISA,
+"required independent instructions"): a VALU write of a register followed by an MFMA reading it,
+and an MFMA result read by a VALU, ``v_accvgpr_read`` or memory instruction. Inside the K loop
+neither occurs: fragments come from ``ds_read`` (covered by ``lgkmcnt`` waits, no wait states),
+accumulators flow from MFMA to MFMA (identical registers: no wait states for 8-pass MFMAs). At the
+two edges :func:`fence` makes them impossible by construction: the accumulators pass through an asm
+statement that holds the ``s_nop``s, so whatever produced them comes before the nops and whatever
+reads them comes after (a data dependency, which no scheduler can reorder). The emulator checks the
+wait states of every kernel it runs (docs/emulator.md), so a missing one fails the kernel tests.
+
+The MMA's A operand is the output-column side and B the output-row side (``gemm.make_tiled_mma``):
+the MFMA computes ``out^T`` per 16 x 16 block, so a lane's four accumulators of one block are four
+consecutive output columns of one row, which the epilogue stores as one vector.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import flydsl.expr as fx
+from flydsl._mlir import ir
+from flydsl._mlir.dialects import llvm
+from flydsl.expr import const_expr, range_constexpr
+from flydsl.expr.typing import T, Vector
+
+# gfx950 f8f6f4 format codes (cbsz for A, blgp for B): 0 E4M3, 1 E5M2.
+_F8_CODE = {"Float8E4M3FN": 0, "Float8E5M2": 1}
+_MNEMONIC = {
+    "BFloat16": "v_mfma_f32_16x16x32_bf16",
+    "Float16": "v_mfma_f32_16x16x32_f16",
+    "Float32": "v_mfma_f32_16x16x4_f32",
+    "Float8E4M3FN": "v_mfma_f32_16x16x128_f8f6f4",
+    "Float8E5M2": "v_mfma_f32_16x16x128_f8f6f4",
+}
+SCALED_MNEMONIC = "v_mfma_scale_f32_16x16x128_f8f6f4"
+# Wait states the fences provide: more than the largest MFMA-result -> dependent-read requirement of any
+# MFMA up to 16 passes (the emulator checks the exact table, docs/emulator.md), and the VALU-write ->
+# MFMA-read one.
+RESULT_WAIT_STATES = 24
+OPERAND_WAIT_STATES = 2
+
+
+def mnemonic(a_elem: str, b_elem: str, mx: bool) -> str:
+    """The MFMA a config issues: the widest gfx950 MFMA of its element type (block-scaled for MXFP8)."""
+    if mx:
+        return SCALED_MNEMONIC
+    if a_elem in _F8_CODE and b_elem in _F8_CODE:
+        return _MNEMONIC[a_elem]
+    if a_elem != b_elem:
+        raise ValueError(f"MFMA operands must share an element type, got {a_elem} and {b_elem}")
+    return _MNEMONIC[a_elem]
+
+
+def _asm(a_elem: str, b_elem: str, mx: bool) -> tuple[str, str]:
+    """The asm text and constraints of one MFMA: ``$0`` D (= C, AGPRs), ``$1`` A, ``$2`` B, ``$3/$4`` scales."""
+    op = mnemonic(a_elem, b_elem, mx)
+    if a_elem not in _F8_CODE:
+        return f"{op} $0, $1, $2, $0", "=a,v,v,0"
+    formats = f"cbsz:{_F8_CODE[a_elem]} blgp:{_F8_CODE[b_elem]}"
+    if not mx:
+        return f"{op} $0, $1, $2, $0 {formats}", "=a,v,v,0"
+    # The scale is byte 0 of each word (kernels/mx.py shifts it there). op_sel_hi must be spelled out:
+    # the assembler's default, [1,1,1], would select byte 2 (docs/mxfp8-layout.md).
+    sel = "op_sel:[0,0,0] op_sel_hi:[0,0,0]"
+    return f"{op} $0, $1, $2, $0, $3, $4 {sel} {formats}", "=a,v,v,v,v,0"
+
+
+def _operand(frag: fx.Tensor, elem: str) -> ir.Value:
+    """One lane's A or B fragment of one MFMA as the register tuple the instruction reads."""
+    vec = frag.load()
+    if const_expr(elem == "Float32"):
+        return fx.as_ir_value(vec[0])
+    if const_expr(elem in _F8_CODE):
+        return fx.as_ir_value(vec.bitcast(fx.Int32))
+    return fx.as_ir_value(vec)
+
+
+def gemm(
+    acc: fx.Tensor,
+    frag_a: fx.Tensor,
+    frag_b: fx.Tensor,
+    a_elem: str,
+    b_elem: str,
+    mx: bool = False,
+    words: tuple[list[fx.Int32], list[fx.Int32]] | None = None,
+    interleave: Sequence[Callable[[], None]] = (),
+) -> None:
+    """One K chunk of the wave's MFMAs: ``acc[:, i, j] += A[:, i] . B[:, j]``, accumulators in AGPRs.
+
+    ``acc`` is the tiled MMA's C fragment ``(4, a_reps, b_reps)``, ``frag_a`` / ``frag_b`` its A / B
+    fragments ``(values, reps)`` of one K chunk. MXFP8 passes the E8M0 scale words of each A and B
+    repetition, this K-step's scale in byte 0 (kernels/mx.py).
+
+    The MFMAs keep their program order (side-effecting asm: neither the scheduler nor memory
+    operations cross them), so this is where the kernel schedules. They run B repetition by B
+    repetition (B fragment ``j`` is dead after its ``a_reps`` MFMAs), and ``interleave`` (issuers of
+    fragment reads) are spread over them, thunk ``t`` just before MFMA ``t * total // (len + 1)``:
+    ``len`` = ``b_reps - 1`` puts B fragment ``t + 1``'s read at the start of B repetition ``t``, one
+    repetition ahead of its use. Each read's LDS latency hides behind the MFMAs after it; a wave
+    alone on its SIMD (4 waves) has no other wave to hide it.
+    """
+    text, constraints = _asm(a_elem, b_elem, mx)
+    f32x4 = T.vec(4, T.f32)
+    a_reps = fx.size(acc.shape[1]).get_static_leaf_int
+    b_reps = fx.size(acc.shape[2]).get_static_leaf_int
+    total = a_reps * b_reps
+    slots = {t * total // (len(interleave) + 1): t for t in range(len(interleave))}
+    for j in range_constexpr(b_reps):
+        for i in range_constexpr(a_reps):
+            if const_expr(j * a_reps + i in slots):
+                interleave[slots[j * a_reps + i]]()
+            c = acc[None, i, j]
+            operands = [_operand(frag_a[None, i], a_elem), _operand(frag_b[None, j], b_elem)]
+            if const_expr(mx):
+                operands += [fx.as_ir_value(words[0][i]), fx.as_ir_value(words[1][j])]
+            operands.append(fx.as_ir_value(c.load()))
+            d = llvm.inline_asm(f32x4, operands, text, constraints, has_side_effects=True)
+            c.store(Vector(d, (4,), fx.Float32))
+
+
+def fence(values: list[ir.Value], register_class: str, wait_states: int) -> list[ir.Value]:
+    """``values`` after ``wait_states`` wait states: one asm statement of ``s_nop``s that takes them
+    (``register_class`` ``"a"`` or ``"v"``) and hands them back unchanged in the same registers.
+
+    Whatever produced the values must issue before it, and whatever reads what it returns after it,
+    so the nops separate the two whatever the scheduler does (see the module docstring).
+    """
+    nops = []
+    left = wait_states
+    while left > 0:
+        n = min(left, 8)  # s_nop N gives N + 1 wait states, N <= 7 on gfx9
+        nops.append(f"s_nop {n - 1}")
+        left -= n
+    count = len(values)
+    types = [v.type for v in values]
+    outs = ",".join([f"={register_class}"] * count)
+    ties = ",".join(str(i) for i in range(count))
+    result = llvm.inline_asm(
+        llvm.StructType.get_literal(types), values, "\n".join(nops), f"{outs},{ties}", has_side_effects=True
+    )
+    return [llvm.extractvalue(t, result, [i]) for i, t in enumerate(types)]
+
+
+def fence_accumulators(acc: fx.Tensor, wait_states: int = RESULT_WAIT_STATES) -> None:
+    """Pass every accumulator block of ``acc`` through one :func:`fence`, in place (AGPRs)."""
+    a_reps = fx.size(acc.shape[1]).get_static_leaf_int
+    b_reps = fx.size(acc.shape[2]).get_static_leaf_int
+    blocks = [acc[None, i, j] for i in range_constexpr(a_reps) for j in range_constexpr(b_reps)]
+    fenced = fence([fx.as_ir_value(b.load()) for b in blocks], "a", wait_states)
+    for b, v in zip(blocks, fenced, strict=True):
+        b.store(Vector(v, (4,), fx.Float32))
+
+
+def fence_words(words: list[fx.Int32], wait_states: int = OPERAND_WAIT_STATES) -> list[fx.Int32]:
+    """Scale words computed by VALU instructions, made safe for the MFMAs that read them next."""
+    return [fx.Int32(v) for v in fence([fx.as_ir_value(w) for w in words], "v", wait_states)]
