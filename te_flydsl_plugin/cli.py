@@ -316,9 +316,13 @@ def cmd_precompile(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from exc
     if tty:
         print(file=sys.stderr)
-    head = ("config", "mfma", "count", "vgpr", "agpr", "lds", "scratch", "spills", "compile_s", "ok")
+    head = ("config", "mfma", "count", "vgpr", "agpr", "acc", "lds", "scratch", "spills", "compile_s", "ok")
+
+    def acc(r: dict[str, Any]) -> str:  # where the K loop accumulates: "256a" (AGPRs) or "128v" (arch VGPRs)
+        return f"{r['agpr_accumulators']}a" if r["agpr_accumulators"] else f"{r['vgpr_accumulators']}v"
+
     table = [head] + [
-        (r["config"], r["mfma"], r["mfma_count"], r["vgpr"], r["agpr"], r["lds_bytes"], r["scratch_bytes"],
+        (r["config"], r["mfma"], r["mfma_count"], r["vgpr"], r["agpr"], acc(r), r["lds_bytes"], r["scratch_bytes"],
          r["spills"], r["compile_s"], "ok" if r["ok"] else "FAIL")
         for r in rows
     ]  # fmt: skip

@@ -6,7 +6,8 @@ In one 16x16x128 MFMA, lane ``l`` supplies the scale of operand row ``l % 16`` f
 K-block ``l // 16`` of that 128-wide K-step (docs/mxfp8-layout.md has the full mapping). The packed
 layout therefore puts, in each 32-bit word, the scales of ONE (row, K-block-within-step) for FOUR
 consecutive K-steps: a GEMM loads one dword per lane per 512 K elements, keeps it in a register next
-to its data fragments, and selects the K-step with ``op_sel`` at no extra instruction.
+to its data fragments, and selects the K-step with ``op_sel`` (an unrolled K-step) or by shifting the
+word down a byte per K-step (a runtime K loop: the GEMM family, kernels/mx.py).
 
 Packed tensor: uint8, C-contiguous, shape ``packed_shape(rows, k) = (ceil(rows/16), ceil(k/512), 4,
 16, 4)`` indexed ``[R, T, g, i, b]``::
