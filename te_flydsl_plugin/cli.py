@@ -1,4 +1,4 @@
-"""``te-flydsl-plugin``: capabilities | check | plugins | doctor | precompile.
+"""``te-flydsl-plugin``: capabilities | check | plugins | doctor | precompile | bench.
 
 Every command takes ``--json``. Errors are one line on stderr with exit status 2, never a traceback.
 ``check`` exits 0 when the GEMM is supported and 1 when it is not.
@@ -334,6 +334,49 @@ def cmd_precompile(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+# ---------------------------------------------------------------- bench
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Time the backed kernel configs on a gfx950 GPU (flydsl/bench.py); one-line error elsewhere."""
+    from .flydsl import bench
+
+    kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+    unknown = sorted(set(kinds) - set(bench.KINDS))
+    if unknown or not kinds:
+        raise CliError(f"--kinds takes a comma list of {', '.join(bench.KINDS)}; got {args.kinds!r}")
+    if args.iters < 1 or args.tokens < 1:
+        raise CliError("--iters and --tokens must be positive")
+    shapes = [s for s in bench.SUITES[args.suite](args.tokens) if args.only in s.name]
+    if not shapes:
+        raise CliError(f"no shape of the {args.suite} suite contains {args.only!r}")
+    try:
+        bench.require_gfx950()
+    except RuntimeError as exc:
+        raise CliError(str(exc)) from exc
+    tty = sys.stderr.isatty() and not args.json
+
+    def progress(row: dict[str, Any]) -> None:
+        if tty:
+            print(f"\r{row['shape'][:40]:<40} {row['kind']:<6} {row['tflops']:8.1f} TFLOP/s", end="", file=sys.stderr)
+
+    rows = bench.run(shapes, kinds, args.iters, progress)
+    if tty:
+        print(file=sys.stderr)
+    head = ("shape", "layout", "m", "n", "k", "kind", "config", "selected", "ms", "TFLOP/s")
+    table = [head] + [
+        (r["shape"], r["layout"], r["m"], r["n"], r["k"], r["kind"], r["config"] or r.get("declined", ""),
+         "*" if r.get("selected") else "", f"{r['ms']:.4f}" if "ms" in r else "",
+         f"{r['tflops']:.1f}" if "tflops" in r else "")
+        for r in rows
+    ]  # fmt: skip
+    widths = [max(len(str(row[i])) for row in table) for i in range(len(head))]
+    lines = [f"{len(shapes)} shape(s) x {len(kinds)} kind(s); * = the config select() picks"]
+    lines += ["  " + "  ".join(f"{row[i]!s:<{widths[i]}}" for i in range(len(head))) for row in table]
+    _emit(args, {"suite": args.suite, "tokens": args.tokens, "iters": args.iters, "rows": rows}, "\n".join(lines))
+    return 0
+
+
 # ---------------------------------------------------------------- main
 
 
@@ -376,6 +419,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("precompile", cmd_precompile, "compile every backed kernel config and print its ISA report")
     p.add_argument("--arch", default="gfx950")
+
+    p = add("bench", cmd_bench, "time every backed config on an LLM shape suite (gfx950 GPU only)")
+    p.add_argument("--suite", default="llm", choices=["llm", "square"])
+    p.add_argument("--kinds", default="bf16,fp8,mxfp8", help="comma list of bf16, fp16, fp8, mxfp8")
+    p.add_argument("--tokens", type=int, default=8192, help="tokens per micro-batch (M of fprop / dgrad)")
+    p.add_argument("--iters", type=int, default=20, help="timed launches per config, after 3 warm-ups")
+    p.add_argument("--only", default="", help="only shapes whose name contains this")
     return parser
 
 

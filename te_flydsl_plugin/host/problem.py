@@ -44,6 +44,14 @@ def gemm_dims(layout: Layout, a: tuple[int, ...], b: tuple[int, ...]) -> tuple[i
     return m, n, ka, kb, out_shape
 
 
+def operand_shapes(layout: Layout, m: int, n: int, k: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """TE's (A, B) shapes that give output rows ``m``, columns ``n`` and reduction ``k`` in ``layout``
+    (the inverse of :func:`gemm_dims` for 2-D operands)."""
+    a = (n, k) if layout in (Layout.TN, Layout.TT) else (k, n)
+    b = (k, m) if layout in (Layout.NT, Layout.TT) else (m, k)
+    return a, b
+
+
 def _beta(call: GemmCall) -> float:
     if call.beta is not None:
         return float(call.beta)

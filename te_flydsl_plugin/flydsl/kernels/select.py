@@ -10,8 +10,8 @@ default tiles) and its M, N, K. The answer is always a config of the family:
    the 256 CUs idle (fewer than ``SMALL_GRID`` = 128 tiles) and a 128 x 128 config of the same kind
    is backed: then the smaller tile (4x the workgroups, half the reuse, 64 KiB of LDS so two fit a
    CU) trades reuse for parallelism. The threshold is an estimate from that arithmetic, to be tuned
-   with ``bench`` on gfx950. K does not influence the tile (the K loop is a runtime loop; split-K is
-   not in the family).
+   with ``te-flydsl-plugin bench`` on gfx950 (flydsl/bench.py). K does not influence the tile (the K
+   loop is a runtime loop; split-K is not in the family).
 3. The 256 x 256 tile runs on 4 waves (2 x 2 waves of 128 x 128, 256 accumulators per lane pinned
    in AGPRs, kernels/mfma.py) where that config is backed (bf16, fp16, FP8, MXFP8), else on 8 waves
    (fp32, whose accumulators stay in arch VGPRs: KernelConfig.agpr_accumulators). 4 waves is the
@@ -19,7 +19,8 @@ default tiles) and its M, N, K. The answer is always a config of the family:
    file, and each wave's 128 x 128 block reading 16 fragments from LDS per 64 MFMAs instead of 12 per
    32 (two thirds of the LDS read traffic per MFMA); with no second wave on the SIMD to hide LDS
    latency, the kernel issues each K chunk's fragment reads among the previous chunk's MFMAs.
-   Nothing was measured on gfx950: ``bench`` on hardware decides. 128 x 128 tiles stay on 8 waves.
+   Nothing was measured on gfx950: ``te-flydsl-plugin bench`` on hardware decides. 128 x 128 tiles
+   stay on 8 waves.
 
 Only configs in ``compiled.BACKED`` are chosen beyond the default, so the heuristic never picks a
 kernel that was not compiled, ISA-checked and run in the emulator.
