@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from te_flydsl_plugin.flydsl.emulator import HazardError
+from te_flydsl_plugin.flydsl.emulator import EmulatorError, HazardError
 
 from .helpers import Program, vset
 
@@ -114,3 +114,174 @@ def test_scalar_loads_retire_only_with_lgkmcnt_zero() -> None:
     ok = Program(asm.replace("lgkmcnt(1)", "lgkmcnt(0)"), lds_bytes=256, hazards="report")
     ok.run(lambda w: (w.sset(0, ctypes.addressof(buf), 2), vset(w, 0, LANE * 4)))
     assert ok.tracker.found == []
+
+
+# -- wait states (s_nop rules) ----------------------------------------------------------------------
+# The numbers are gfx950's, from LLVM's GCNHazardRecognizer.cpp and SISchedule.td (see hazards.py).
+# Each rule is checked at its boundary: one wait state short raises, exactly enough is clean.
+
+BF16 = "v_mfma_f32_16x16x32_bf16 a[0:3], v[0:3], v[4:7], a[0:3]"  # XDL, 4 passes
+F32 = "v_mfma_f32_16x16x4_f32 a[0:3], v0, v1, a[0:3]"  # not XDL, 8 passes
+F8 = "v_mfma_f32_16x16x128_f8f6f4 a[0:3], v[0:7], v[8:15], a[0:3]"  # XDL, FP8 operands: 8 passes
+F4 = "v_mfma_f32_16x16x128_f8f6f4 a[0:3], v[0:3], v[8:11], a[0:3] cbsz:4 blgp:4"  # XDL, FP4: 4 passes
+SCALED = "v_mfma_scale_f32_16x16x128_f8f6f4 a[0:3], v[0:7], v[8:15], a[0:3], v20, v21 op_sel_hi:[0,0,0]"
+
+
+def _found(asm: str) -> list[tuple[str, int, str]]:
+    prog = Program(asm, lds_bytes=256, hazards="report")
+    prog.run()
+    return [(h.kind, h.address, h.detail) for h in prog.tracker.found]
+
+
+def _nops(n: int) -> str:
+    """``n`` wait states of s_nop, as LLVM emits them (at most 16 each: s_nop 15)."""
+    out = []
+    while n > 0:
+        out.append(f"s_nop {min(n, 16) - 1}")
+        n -= 16
+    return "\n".join(out)
+
+
+def _needs(producer: str, consumer: str, need: int) -> None:
+    """``consumer`` right after ``producer`` needs exactly ``need`` wait states between them."""
+    if need:
+        short = _found(f"{producer}\n{_nops(need - 1)}\n{consumer}")
+        assert [k for k, _, _ in short] == ["wait-states"], short
+        assert f"after {need - 1} wait states, needs {need}" in short[0][2]
+    assert _found(f"{producer}\n{_nops(need)}\n{consumer}") == []
+
+
+def test_mfma_result_read_at_once_raises_with_address() -> None:
+    prog = Program(f"{BF16}\nv_accvgpr_read_b32 v8, a1")
+    with pytest.raises(HazardError, match=r"test\+0x1008 \[wait-states\].*reads a1 written by "):
+        prog.run()
+    assert _found(f"{BF16}\nv_accvgpr_read_b32 v8, a1")[0][2].endswith(
+        "reads a1 written by v_mfma_f32_16x16x32_bf16 at 0x1000 (4 passes) after 0 wait states, needs 8"
+    )
+
+
+@pytest.mark.parametrize(
+    ("mfma", "need"),
+    [
+        (BF16, 8),
+        (F4, 8),
+        (F8, 12),
+        (SCALED, 12),
+        (F32, 10),
+        ("v_mfma_f32_32x32x16_bf16 a[0:15], v[0:3], v[4:7], 0", 12),
+    ],
+    ids=["bf16-4pass", "fp4-4pass", "fp8-8pass", "scale-fp8-8pass", "f32-8pass-not-xdl", "32x32-bf16-8pass"],
+)
+def test_mfma_write_then_valu_read(mfma: str, need: int) -> None:
+    """XDL: passes + 3, + 1 on gfx950 beyond 2 passes; not XDL (the f32 MFMAs): passes + 2."""
+    _needs(mfma, "v_accvgpr_read_b32 v8, a1", need)
+
+
+def test_mfma_write_then_valu_write_vmem_and_ds() -> None:
+    """The same numbers for overwriting the result, storing it, or using it as an address."""
+    _needs(BF16, "v_accvgpr_write_b32 a2, v9", 8)
+    _needs(BF16, "v_mov_b32_e32 v9, a3", 8)
+    mfma_v = "v_mfma_f32_16x16x32_bf16 v[40:43], v[0:3], v[4:7], v[40:43]"
+    _needs(mfma_v, "ds_write_b32 v20, v41", 8)  # data
+    _needs(mfma_v, "ds_read_b32 v22, v42\ns_waitcnt lgkmcnt(0)", 8)  # address
+    _needs(mfma_v, "ds_read_b32 v43, v20\ns_waitcnt lgkmcnt(0)", 8)  # a load overwriting it
+
+
+def test_valu_write_then_mfma_read() -> None:
+    """2 wait states for every source of the MFMA: SrcA, SrcB, SrcC, the block-scale operands."""
+    _needs("v_mov_b32_e32 v2, 0", BF16, 2)
+    _needs("v_mov_b32_e32 v7, 0", BF16, 2)
+    _needs("v_accvgpr_write_b32 a3, 0", BF16, 2)
+    _needs("v_mov_b32_e32 v21, 0", SCALED, 2)
+    msg = _found(f"v_accvgpr_write_b32 a3, 0\n{BF16}")[0][2]
+    assert "reads a3 as SrcC written by v_accvgpr_write_b32 at 0x1000 (VALU) after 0 wait states, needs 2" in msg
+    assert _found(f"ds_read_b32 v2, v20\ns_waitcnt lgkmcnt(0)\n{BF16}") == []  # loads are not VALU writes
+
+
+def test_accumulation_chain_is_clean() -> None:
+    """MFMAs accumulating into exactly their own destination need no wait states between them."""
+    assert _found("\n".join([BF16] * 4 + [F8] * 3 + [F32] * 3)) == []
+
+
+def test_srcc_overlapping_previous_destination() -> None:
+    """SrcC that overlaps the previous MFMA's result without being exactly it waits for it."""
+    shifted = "v_mfma_f32_16x16x32_bf16 a[4:7], v[0:3], v[4:7], a[2:5]"
+    _needs(BF16, shifted, 6)  # XDL -> XDL: passes + 2
+    f8_shifted = "v_mfma_f32_16x16x128_f8f6f4 a[4:7], v[0:7], v[8:15], a[2:5]"
+    _needs(F8, f8_shifted, 10)  # 8 passes
+    _needs(BF16, "v_mfma_f32_16x16x4_f32 a[4:7], v0, v1, a[2:5]", 6)  # XDL -> not XDL: passes + 1 (+1)
+    _needs(F32, "v_mfma_f32_16x16x4_f32 a[4:7], v0, v1, a[2:5]", 8)  # not XDL -> not XDL: passes
+    _needs(F32, shifted, 0)  # not XDL -> XDL: none
+    msg = _found(f"{BF16}\n{shifted}")[0][2]
+    assert "reads a2 as SrcC (overlapping) written by v_mfma_f32_16x16x32_bf16 at 0x1000 (4 passes)" in msg
+
+
+def test_mfma_write_then_mfma_srcab() -> None:
+    _needs(
+        "v_mfma_f32_16x16x32_bf16 v[40:43], v[0:3], v[4:7], 0",
+        "v_mfma_f32_16x16x32_bf16 a[0:3], v[40:43], v[4:7], 0",
+        8,
+    )
+    _needs(
+        "v_mfma_f32_16x16x32_bf16 v[40:43], v[0:3], v[4:7], 0",
+        "v_mfma_f32_16x16x32_bf16 a[0:3], v[0:3], v[40:43], 0",
+        8,
+    )
+    _needs("v_mfma_f32_16x16x4_f32 v[40:43], v0, v1, 0", "v_mfma_f32_16x16x4_f32 a[0:3], v41, v1, 0", 10)
+
+
+def test_srcc_read_then_overwrite_war() -> None:
+    """After an XDL MFMA reads SrcC, overwriting those registers waits passes - 1; not XDL: free."""
+    _needs("v_mfma_f32_16x16x32_bf16 a[4:7], v[0:3], v[4:7], a[0:3]", "v_accvgpr_write_b32 a1, 0", 3)
+    _needs("v_mfma_f32_16x16x128_f8f6f4 a[4:7], v[0:7], v[8:15], a[0:3]", "v_accvgpr_write_b32 a1, 0", 7)
+    _needs("v_mfma_f32_16x16x4_f32 a[4:7], v0, v1, a[0:3]", "v_accvgpr_write_b32 a1, 0", 0)
+    msg = _found("v_mfma_f32_16x16x32_bf16 a[4:7], v[0:3], v[4:7], a[0:3]\nv_accvgpr_write_b32 a1, 0")[0][2]
+    assert "overwrites a1 read as SrcC by v_mfma_f32_16x16x32_bf16 at 0x1000 (4 passes)" in msg
+
+
+def test_valu_exec_write_then_mfma() -> None:
+    _needs("v_cmpx_eq_u32_e32 vcc, v30, v30", BF16, 4)
+    assert _found(f"s_mov_b64 exec, -1\n{BF16}") == []  # an SALU write of EXEC needs none
+
+
+def test_valu_write_then_permlane_swap() -> None:
+    """gfx950's v_permlane*_swap: 2 after a VALU write of either operand, 4 after a v_cmpx."""
+    _needs("v_mov_b32_e32 v2, 0", "v_permlane16_swap_b32_e32 v2, v3", 2)
+    _needs("v_mov_b32_e32 v3, 0", "v_permlane32_swap_b32_e32 v2, v3", 2)
+    _needs("v_cmpx_eq_u32_e32 vcc, v30, v30", "v_permlane16_swap_b32_e32 v2, v3", 4)
+
+
+def test_every_instruction_counts_one_wait_state() -> None:
+    """s_waitcnt, a taken branch and any other instruction count 1 (s_nop N counts N + 1), as LLVM does."""
+    fill = "s_waitcnt lgkmcnt(0)\ns_branch 0\nv_mov_b32_e32 v30, 0\ns_add_u32 s0, s0, 1\nv_nop\ns_nop 1"
+    assert [k for k, _, _ in _found(f"{BF16}\n{fill}\nv_accvgpr_read_b32 v8, a1")] == ["wait-states"]
+    assert _found(f"{BF16}\n{fill}\ns_nop 0\nv_accvgpr_read_b32 v8, a1") == []
+
+
+def test_s_nop_counts_its_low_four_bits_plus_one() -> None:
+    big = "v_mfma_f32_32x32x64_f8f6f4 v[0:15], v[16:23], v[24:31], 0"  # XDL, FP8, 16 passes: 20
+    read = "v_mov_b32_e32 v40, v5"
+    assert _found(f"{big}\ns_nop 15\ns_nop 3\n{read}") == []
+    assert [k for k, _, _ in _found(f"{big}\ns_nop 15\ns_nop 2\n{read}")] == ["wait-states"]
+    assert [k for k, _, _ in _found(f"{big}\ns_nop 0x12\ns_nop 15\n{read}")] == ["wait-states"]  # 3 + 16
+
+
+def test_wait_states_are_counted_per_wave() -> None:
+    """The other waves' instructions (14 here, while wave 0 waits at the barrier) are no wait states
+    of wave 0: it reads after 1."""
+    asm = f"{BF16}\ns_barrier\nv_accvgpr_read_b32 v8, a1"
+    prog = Program(asm, hazards="report")
+    prog.run(waves=8)
+    assert [(h.kind, h.wave) for h in prog.tracker.found] == [("wait-states", 0)]  # reported once per address
+
+
+def test_hazards_off_counts_no_wait_states() -> None:
+    prog = Program(f"{BF16}\nv_accvgpr_read_b32 v8, a1", hazards="off")
+    (w,) = prog.run()
+    assert prog.tracker.found == [] and w.hazards.ws == 0 and w.hazards.mw_t == []
+
+
+def test_mfma_without_timing_is_a_clear_error() -> None:
+    prog = Program("v_mfma_f32_16x16x8_bf16 a[0:3], v[0:1], v[2:3], a[0:3]")
+    with pytest.raises(EmulatorError, match=r"no gfx950 wait-state timing .* v_mfma_f32_16x16x8_bf16 at 0x1000"):
+        prog.run()

@@ -6,6 +6,7 @@ The small kernels are ours (tests/emulator/kernels); the GEMM runs are the proje
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -69,6 +70,29 @@ def test_tiled_mma(elem: int, dtype: torch.dtype, tile_k: int, mfma: str) -> Non
     rep = launch(co, None, pack_flydsl_kernarg(co, None, [a, b, c]), (1, 1, 1), (256, 1, 1))
     assert rep.opcode_counts.get(mfma, 0) > 0
     torch.testing.assert_close(c, a.double().matmul(b.double().T).float(), rtol=1e-5, atol=1e-5)
+
+
+def test_inline_asm_mfma_without_s_nop_is_a_wait_state_hazard() -> None:
+    """An MFMA written as inline asm ("=a,v,v,0") is no MFMA to LLVM's hazard recognizer: it puts no
+    s_nop before the stores that read the AGPR result, and the emulator reports each of them (an
+    8-pass XDL result needs 12 wait states). The same kernel with the s_nops in the asm is clean."""
+    gen = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(16, 512, generator=gen).to(torch.float8_e4m3fn).view(torch.uint8) for _ in range(2))
+    want = a.view(torch.float8_e4m3fn).double() @ b.view(torch.float8_e4m3fn).double().T
+    for pad in (0, 1):
+        d = torch.full((16, 16), float("nan"))
+        co = compile_kernel("asm_mfma", "asm_mfma", a, b, d, pad)
+        rep = launch(co, None, pack_flydsl_kernarg(co, None, [a, b, d]), (1, 1, 1), (64, 1, 1), hazards="report")
+        torch.testing.assert_close(d.double(), want, rtol=1e-5, atol=1e-5)
+        if pad:
+            assert rep.hazards == []
+            continue
+        assert rep.hazards and {h.kind for h in rep.hazards} == {"wait-states"}
+        assert re.search(
+            r"reads a\d+ written by v_mfma_f32_16x16x128_f8f6f4 .*\(8 passes\) .*, needs 12$", rep.hazards[0].detail
+        )
+        with pytest.raises(HazardError, match=r"\[wait-states\]"):
+            launch(co, None, pack_flydsl_kernarg(co, None, [a, b, d]), (1, 1, 1), (64, 1, 1))
 
 
 # -- the project's GEMM family ------------------------------------------------------------------

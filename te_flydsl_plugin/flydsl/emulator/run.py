@@ -97,6 +97,8 @@ def _bind(insts: list[Inst], ctx: BindContext) -> list[Step]:
             step = binder(inst, ctx)
         if inst.opcode in ("s_barrier", "s_endpgm"):
             step = _yielding(step)
+        if ctx.hazards.enabled:  # count its wait states and check the s_nop rules before it runs
+            step = ctx.hazards.wait_state_step(inst, step)
         steps.append(step)
     return steps
 
