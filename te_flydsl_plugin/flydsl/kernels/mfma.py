@@ -10,14 +10,17 @@ FlyDSL's own 4-wave GEMMs (``kernels/gemm/fp8_gemm_4wave.py`` upstream) keep the
 
 What it costs. LLVM's hazard recognizer does not see an inline asm statement as an MFMA, so it
 inserts none of the wait states the hardware requires around MFMAs (AMD CDNA3/CDNA4 ISA,
-"required independent instructions"): a VALU write of a register followed by an MFMA reading it,
-and an MFMA result read by a VALU, ``v_accvgpr_read`` or memory instruction. Inside the K loop
-neither occurs: fragments come from ``ds_read`` (covered by ``lgkmcnt`` waits, no wait states),
-accumulators flow from MFMA to MFMA (identical registers: no wait states for 8-pass MFMAs). At the
-two edges :func:`fence` makes them impossible by construction: the accumulators pass through an asm
-statement that holds the ``s_nop``s, so whatever produced them comes before the nops and whatever
-reads them comes after (a data dependency, which no scheduler can reorder). The emulator checks the
-wait states of every kernel it runs (docs/emulator.md), so a missing one fails the kernel tests.
+"required independent instructions"; gfx950's numbers in docs/emulator.md): a VALU write of a
+register followed by an MFMA reading it (2), and an MFMA result read by a VALU, ``v_accvgpr_read``
+or memory instruction (up to 12 for these MFMAs). Accumulators flow from MFMA to MFMA in identical
+registers, which needs none. Everything else an MFMA reads or a consumer takes from one goes
+through :func:`fence`: an asm statement that holds the ``s_nop``s and hands its operands back in
+the same registers, so whatever produced them comes before the nops and whatever reads them after
+(a data dependency, which no scheduler can reorder): the fragments before their MFMAs (the compiler
+may assemble them with VALU instructions), the zeroed accumulators before the first MFMAs, MXFP8's
+shifted scale words, and the accumulators before the epilogue reads them. The emulator checks the
+wait states of every kernel it runs, so a missing one fails the kernel tests; it found the
+fragments' case (``v_perm_b32`` one wait state before an MFMA in the MXFP8 NT kernels).
 
 The MMA's A operand is the output-column side and B the output-row side (``gemm.make_tiled_mma``):
 the MFMA computes ``out^T`` per 16 x 16 block, so a lane's four accumulators of one block are four
@@ -116,12 +119,20 @@ def gemm(
     b_reps = fx.size(acc.shape[2]).get_static_leaf_int
     total = a_reps * b_reps
     slots = {t * total // (len(interleave) + 1): t for t in range(len(interleave))}
+    # Fragments may leave the LDS read through VALU instructions (the transposing 8-bit reads' bytes
+    # are put in operand order with v_perm_b32), which an MFMA may not read for 2 wait states: each
+    # fragment passes through a fence before its first MFMA (A's together, B's one by one, after the
+    # read that the previous B repetition's MFMAs hid).
+    a_ops = fence([_operand(frag_a[None, i], a_elem) for i in range_constexpr(a_reps)], "v", OPERAND_WAIT_STATES)
     for j in range_constexpr(b_reps):
+        b_op = None
         for i in range_constexpr(a_reps):
             if const_expr(j * a_reps + i in slots):
                 interleave[slots[j * a_reps + i]]()
+            if const_expr(b_op is None):
+                b_op = fence([_operand(frag_b[None, j], b_elem)], "v", OPERAND_WAIT_STATES)[0]
             c = acc[None, i, j]
-            operands = [_operand(frag_a[None, i], a_elem), _operand(frag_b[None, j], b_elem)]
+            operands = [a_ops[i], b_op]
             if const_expr(mx):
                 operands += [fx.as_ir_value(words[0][i]), fx.as_ir_value(words[1][j])]
             operands.append(fx.as_ir_value(c.load()))
@@ -146,10 +157,15 @@ def fence(values: list[ir.Value], register_class: str, wait_states: int) -> list
     types = [v.type for v in values]
     outs = ",".join([f"={register_class}"] * count)
     ties = ",".join(str(i) for i in range(count))
+    one = count == 1  # LLVM returns a lone output as itself, several as a struct
     result = llvm.inline_asm(
-        llvm.StructType.get_literal(types), values, "\n".join(nops), f"{outs},{ties}", has_side_effects=True
+        types[0] if one else llvm.StructType.get_literal(types),
+        values,
+        "\n".join(nops),
+        f"{outs},{ties}",
+        has_side_effects=True,
     )
-    return [llvm.extractvalue(t, result, [i]) for i, t in enumerate(types)]
+    return [result] if one else [llvm.extractvalue(t, result, [i]) for i, t in enumerate(types)]
 
 
 def fence_accumulators(acc: fx.Tensor, wait_states: int = RESULT_WAIT_STATES) -> None:
