@@ -52,6 +52,23 @@ def test_overwriting_a_register_with_a_load_in_flight() -> None:
     assert "overwrites v1" in prog.tracker.found[0].detail
 
 
+def test_a_second_vmem_load_may_overwrite_the_first_in_flight() -> None:
+    """VMEM loads write their registers in order, so two loads into one register need no wait between
+    them (LLVM emits back-to-back scratch reloads so); a VALU overwrite still does."""
+    src = torch.arange(64, dtype=torch.int32)
+    both = Program(
+        "buffer_load_dword v1, v0, s[8:11], 0 offen\nbuffer_load_dword v1, v0, s[8:11], 0 offen offset:4\n"
+        "s_waitcnt vmcnt(0)\nv_mov_b32_e32 v2, v1",
+        hazards="report",
+    )
+    (w,) = both.run(lambda w: (vset(w, 0, LANE * 4), _rsrc(w, src)))
+    assert both.tracker.found == []
+    assert (w.v[2][:63] == np.arange(1, 64)).all()  # the second load's data landed last
+    valu = Program("buffer_load_dword v1, v0, s[8:11], 0 offen\nv_mov_b32_e32 v1, 0", hazards="report")
+    valu.run(lambda w: (vset(w, 0, LANE * 4), _rsrc(w, src)))
+    assert [h.kind for h in valu.tracker.found] == ["unwaited-load"]
+
+
 def test_own_ds_write_then_read_needs_no_wait_but_direct_lds_load_does() -> None:
     own = Program("ds_write_b32 v0, v1\nds_read_b32 v2, v0\ns_waitcnt lgkmcnt(0)", lds_bytes=256)
     own.run(lambda w: (vset(w, 0, LANE * 4), vset(w, 1, LANE)))  # LDS ops of one wave are in order

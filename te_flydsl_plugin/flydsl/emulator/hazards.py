@@ -401,12 +401,17 @@ class HazardTracker:
                 )
                 return
 
-    def check_write(self, w: Wave, kind: str, idx: int, n: int, inst: Inst) -> None:
-        """A register range is about to be overwritten while a load into it may still land."""
+    def check_write(self, w: Wave, kind: str, idx: int, n: int, inst: Inst, in_order: str = "") -> None:
+        """A register range is about to be overwritten while a load into it may still land.
+
+        ``in_order`` names the counter of a load doing the overwriting: a later load on the same
+        in-order counter writes its registers after the earlier one (gfx9 VMEM loads return in order,
+        which is why LLVM puts no wait between two scratch reloads of one register), so that is safe.
+        """
         pend = w.hazards.pending_regs
         for r in range(idx, idx + n):
             e = pend.pop((kind, r), None)
-            if e is not None and self._still_pending(w, e):
+            if e is not None and e[0] != in_order and self._still_pending(w, e):
                 self._report(
                     w, inst, "unwaited-load", f"overwrites {kind}{r} while its load from 0x{e[2]:x} is in flight"
                 )

@@ -80,7 +80,7 @@ def _vdata_writer(
     def write(w: Wave, regs: np.ndarray, lanes: np.ndarray) -> None:
         f = w.a if file_a else w.v
         if w.hazards.pending_regs:
-            ctx.hazards.check_write(w, d.kind, d.index, nregs, inst)
+            ctx.hazards.check_write(w, d.kind, d.index, nregs, inst, in_order="vm")
         f[d.index : d.index + nregs, lanes] = regs[:nregs, lanes]
 
     return write
