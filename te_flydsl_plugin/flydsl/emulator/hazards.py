@@ -292,6 +292,31 @@ class WaveCounters:
         self.mw_op, self.vw_op, self.cr_op = ([None] * _NREGS for _ in range(3))
 
 
+def _too_recent(
+    t: int, ts: list[int], ps: list[_WSOp | None], horizon: int, need: Callable[[_WSOp], int]
+) -> tuple[int, _WSOp, int, int] | None:
+    """The first register of a range whose last producer is fewer than ``need(producer)`` wait states
+    before clock ``t``: ``(offset in the range, producer, wait states elapsed, needed)``, else None.
+
+    ``ts`` / ``ps`` are the range's producer clocks and producers. Nothing within ``horizon`` (the
+    largest ``need``) returns at once, and so does a range one producer wrote at once long enough
+    ago: the common cases cost one ``max`` and one ``count``.
+    """
+    tmax = max(ts)
+    if t - tmax > horizon:
+        return None
+    first = ps[0]
+    if first is not None and ps.count(first) == len(ps) and t - tmax - 1 >= need(first):
+        return None
+    for i, tw in enumerate(ts):
+        p = ps[i]
+        if p is not None:
+            el, n = t - tw - 1, need(p)
+            if el < n:
+                return i, p, el, n
+    return None
+
+
 class HazardTracker:
     """Hazard bookkeeping for one launch; ``mode`` is "raise", "report" or "off"."""
 
@@ -573,32 +598,18 @@ class HazardTracker:
         """A VALU / VMEM / DS instruction: its reads and writes after MFMA writes, its writes after XDL
         MFMA SrcC reads (checkMAIVALUHazards)."""
         for s, e, verb in op.accesses:
-            ts = c.mw_t[s:e]
-            tmax = max(ts)
-            if t - tmax > _MAX_AFTER_MFMA:
-                continue
-            ps = c.mw_op[s:e]
-            p = ps[0]
-            if p is not None and ps.count(p) == e - s and t - tmax - 1 >= p.after:
-                continue  # one producer wrote them all, at once, long enough ago
-            for i, tw in enumerate(ts):
-                p = ps[i]
-                el = t - tw - 1
-                if p is not None and el < p.after:
-                    name = _reg_name(s + i)
-                    self._wait_report(w, op, f"{verb} {name} written by {p.producer(el)}, needs {p.after}")
-                    return
+            hit = _too_recent(t, c.mw_t[s:e], c.mw_op[s:e], _MAX_AFTER_MFMA, lambda p: p.after)
+            if hit is not None:
+                i, p, el, need = hit
+                self._wait_report(w, op, f"{verb} {_reg_name(s + i)} written by {p.producer(el)}, needs {need}")
+                return
         for s, e in op.defs:
-            ts = c.cr_t[s:e]
-            if t - max(ts) > _MAX_WAR:
-                continue
-            for i, tw in enumerate(ts):
-                p = c.cr_op[s + i]
-                el = t - tw - 1
-                if p is not None and el < p.war:
-                    name = _reg_name(s + i)
-                    self._wait_report(w, op, f"overwrites {name} read as SrcC by {p.producer(el)}, needs {p.war}")
-                    return
+            hit = _too_recent(t, c.cr_t[s:e], c.cr_op[s:e], _MAX_WAR, lambda p: p.war)
+            if hit is not None:
+                i, p, el, need = hit
+                name = _reg_name(s + i)
+                self._wait_report(w, op, f"overwrites {name} read as SrcC by {p.producer(el)}, needs {need}")
+                return
 
     def _check_mfma(self, w: Wave, c: WaveCounters, t: int, op: _WSOp) -> None:
         """An MFMA: its sources after VALU and MFMA writes, and EXEC after a VALU wrote it
@@ -609,58 +620,39 @@ class HazardTracker:
             return
         if t - c.last_valu_write <= _VALU_TO_MFMA:
             for s, e, role in op.srcs:
-                ts = c.vw_t[s:e]
-                if t - max(ts) > _VALU_TO_MFMA:
-                    continue
-                for i, tw in enumerate(ts):
-                    el = t - tw - 1
-                    p = c.vw_op[s + i]
-                    if el < _VALU_TO_MFMA and p is not None:
-                        name = _reg_name(s + i)
-                        self._wait_report(
-                            w, op, f"reads {name} as {role} written by {p.producer(el)}, needs {_VALU_TO_MFMA}"
-                        )
-                        return
+                hit = _too_recent(t, c.vw_t[s:e], c.vw_op[s:e], _VALU_TO_MFMA, lambda _p: _VALU_TO_MFMA)
+                if hit is not None:
+                    i, p, el, need = hit
+                    name = _reg_name(s + i)
+                    self._wait_report(w, op, f"reads {name} as {role} written by {p.producer(el)}, needs {need}")
+                    return
         if t - c.last_mfma > _MAX_AFTER_MFMA:
             return
         for s, e, role in op.srcs:
-            ts = c.mw_t[s:e]
-            tmax = max(ts)
-            if t - tmax > _MAX_AFTER_MFMA:
-                continue
-            ps = c.mw_op[s:e]
-            p = ps[0]
             src_c = role == "SrcC"
-            if p is not None and ps.count(p) == e - s:  # one producer wrote them all, at once
-                need = p.srcc_need(op, (s, e)) if src_c else p.after
-                if t - tmax - 1 >= need:
-                    continue
-            for i, tw in enumerate(ts):
-                p = ps[i]
-                if p is None:
-                    continue
-                el = t - tw - 1
-                need = p.srcc_need(op, (s, e)) if src_c else p.after
-                if el < need:
-                    name = _reg_name(s + i)
-                    how = "" if not src_c else " (same registers)" if p.dst == (s, e) else " (overlapping)"
-                    self._wait_report(w, op, f"reads {name} as {role}{how} written by {p.producer(el)}, needs {need}")
-                    return
+
+            def need(p: _WSOp, s: int = s, e: int = e, src_c: bool = src_c) -> int:
+                return p.srcc_need(op, (s, e)) if src_c else p.after
+
+            hit = _too_recent(t, c.mw_t[s:e], c.mw_op[s:e], _MAX_AFTER_MFMA, need)
+            if hit is not None:
+                i, p, el, n = hit
+                how = "" if not src_c else " (same registers)" if p.dst == (s, e) else " (overlapping)"
+                name = _reg_name(s + i)
+                self._wait_report(w, op, f"reads {name} as {role}{how} written by {p.producer(el)}, needs {n}")
+                return
 
     def _check_permlane(self, w: Wave, c: WaveCounters, t: int, op: _WSOp) -> None:
         """gfx950 ``v_permlane*``: its VGPR sources after VALU writes, EXEC after ``v_cmpx``
         (checkPermlaneHazards)."""
         for s, e in op.uses:
-            ts = c.vw_t[s:e]
-            if t - max(ts) > _VALU_TO_PERMLANE:
-                continue
-            for i, tw in enumerate(ts):
-                el = t - tw - 1
-                p = c.vw_op[s + i]
-                if el < _VALU_TO_PERMLANE and p is not None and s + i < _AGPR0:
-                    name = _reg_name(s + i)
-                    self._wait_report(w, op, f"reads {name} written by {p.producer(el)}, needs {_VALU_TO_PERMLANE}")
-                    return
+            if s >= _AGPR0:
+                continue  # permlane reads arch VGPRs only
+            hit = _too_recent(t, c.vw_t[s:e], c.vw_op[s:e], _VALU_TO_PERMLANE, lambda _p: _VALU_TO_PERMLANE)
+            if hit is not None:
+                i, p, el, need = hit
+                self._wait_report(w, op, f"reads {_reg_name(s + i)} written by {p.producer(el)}, needs {need}")
+                return
         el = t - c.cmpx_t - 1
         if el < _CMPX_TO_PERMLANE and c.cmpx_op is not None:
             self._wait_report(w, op, f"runs after EXEC written by {c.cmpx_op.producer(el)}, needs {_CMPX_TO_PERMLANE}")
