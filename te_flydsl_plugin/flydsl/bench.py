@@ -92,12 +92,11 @@ def _operand(fmt: Format, shape: tuple[int, int], device: torch.device) -> Any:
     """A TE-shaped operand of logical ``shape`` with every storage the layouts may read (values are
     irrelevant to the timing: finite random FP8 bytes, unit E8M0 scales)."""
     from ..operands import Fp8Operand, MXFP8Operand
+    from .kernels.gemm import torch_dtype
 
     if not fmt.is_quantized:
-        dtype = {Format.BF16: torch.bfloat16, Format.FP16: torch.float16, Format.FP32: torch.float32}[fmt]
-        return torch.randn(shape, device=device, dtype=dtype)
-    fp8 = torch.float8_e5m2 if fmt in (Format.FP8_E5M2, Format.MXFP8_E5M2) else torch.float8_e4m3fn
-    data = torch.randn(shape, device=device).to(fp8).view(torch.uint8)
+        return torch.randn(shape, device=device, dtype=torch_dtype(fmt))
+    data = torch.randn(shape, device=device).to(torch_dtype(fmt)).view(torch.uint8)
     if fmt.is_fp8:
         one = torch.ones(1, device=device)
         return Fp8Operand(data, data.t().contiguous(), one, fmt)
@@ -175,8 +174,7 @@ def run(
             a_fmt, b_fmt = formats(kind, shape.layout)
             a_shape, b_shape = host_problem.operand_shapes(shape.layout, shape.m, shape.n, shape.k)
             a, b = _operand(a_fmt, a_shape, device), _operand(b_fmt, b_shape, device)
-            out_dtype = _OUT[kind]
-            torch_out = {Format.BF16: torch.bfloat16, Format.FP16: torch.float16}[out_dtype]
+            torch_out = host_operands.torch_dtype_of(_OUT[kind])
             call = GemmCall(a, shape.layout is Layout.TN, b, shape.layout is Layout.NT, None, None, torch_out,
                             None, None, False, None, False, None, 0, False, False)  # fmt: skip
             spec_a, spec_b = host_operands.spec_of(a), host_operands.spec_of(b)

@@ -196,49 +196,35 @@ def accumulators(cfg: KernelConfig) -> int:
     return cfg.tile_m * cfg.tile_n // (cfg.waves * 64)  # 64 lanes per wave
 
 
-_INSN = re.compile(r"^\s+(\S+)\s*(.*?)\s*//\s*([0-9A-F]+):(.*)$", re.M)
-_TARGET = re.compile(r"<\S+\+0x([0-9a-f]+)>")
-_MFMA_OPS = re.compile(r"^([av])\[(\d+):(\d+)\], \S+, \S+, (\S+?),?(?:\s|$)")  # D, A, B, C
 _MOVES = ("v_accvgpr_read_b32", "v_accvgpr_write_b32", "v_accvgpr_mov_b32")
 
 
-def _instructions(text: str) -> list[tuple[int, str, str]]:
-    """``(offset in the kernel, opcode, operands + encoding comment)`` of each instruction of a
-    one-kernel disassembly (a branch's ``<kernel+0xOFFSET>`` target is in the comment)."""
-    rows = [(int(a, 16), op, f"{args} {tail}") for op, args, a, tail in _INSN.findall(text)]
-    base = rows[0][0] if rows else 0
-    return [(a - base, op, args) for a, op, args in rows]
-
-
-def _loop_bodies(insns: list[tuple[int, str, str]]) -> list[list[tuple[int, str, str]]]:
-    """The instructions of each loop: from a backward branch's target to the branch."""
-    bodies = []
-    for off, op, args in insns:
-        target = _TARGET.search(args) if op.startswith(("s_branch", "s_cbranch")) else None
-        if target is not None and int(target.group(1), 16) <= off:
-            lo = int(target.group(1), 16)
-            bodies.append([i for i in insns if lo <= i[0] <= off])
-    return bodies
-
-
 def accumulator_report(text: str) -> dict[str, int]:
-    """Where a kernel's MFMAs accumulate in its K loops, read off its disassembly ``text``.
+    """Where a kernel's MFMAs accumulate in its K loops, read off its one-kernel disassembly ``text``
+    (decoded by the emulator's decoder; a loop runs from a backward branch's target to the branch).
 
     ``agpr_accumulators`` / ``vgpr_accumulators``: distinct AGPRs / arch VGPRs that MFMAs inside loops
     write; ``not_in_place``: loop MFMAs whose D is not their C (the accumulator moves to other
     registers each iteration); ``loop_moves``: ``v_accvgpr_read/write/mov`` inside a loop (registers
     moved between the files in the K loop); ``loops``: how many loops.
     """
-    bodies = _loop_bodies(_instructions(text))
+    from .emulator.decode import decode_text
+
+    insts = [i for kernel in decode_text(text).values() for i in kernel]
+    bodies = [
+        [i for i in insts if b.branch_target <= i.address <= b.address]
+        for b in insts
+        if b.branch_target is not None and b.branch_target <= b.address
+    ]
     regs: dict[str, set[int]] = {"a": set(), "v": set()}
     not_in_place = moves = 0
     for body in bodies:
-        for _, op, args in body:
-            moves += op in _MOVES
-            m = _MFMA_OPS.match(args) if op.startswith("v_mfma") else None
-            if m:
-                regs[m.group(1)].update(range(int(m.group(2)), int(m.group(3)) + 1))
-                not_in_place += m.group(4) != f"{m.group(1)}[{m.group(2)}:{m.group(3)}]"
+        for i in body:
+            moves += i.opcode in _MOVES
+            if i.opcode.startswith("v_mfma") and i.operands[0].kind in regs:
+                d, c = i.operands[0], i.operands[3]
+                regs[d.kind].update(range(d.index, d.index + d.count))
+                not_in_place += (c.kind, c.index, c.count) != (d.kind, d.index, d.count)
     return {
         "agpr_accumulators": len(regs["a"]),
         "vgpr_accumulators": len(regs["v"]),

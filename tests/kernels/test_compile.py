@@ -60,7 +60,7 @@ def test_accumulator_report_sees_moves_in_loops_only() -> None:
 \tv_mfma_f32_16x16x32_bf16 a[0:3], v[0:3], v[4:7], a[0:3] // 000000001908: D3B58000 04020900
 \tv_accvgpr_mov_b32 a4, a0                  // 000000001910: D3D94004 18000100
 \tv_mfma_f32_16x16x32_bf16 v[8:11], v[0:3], v[4:7], v[12:15] // 000000001918: D3B50008 04220900
-\ts_cbranch_scc1 65532                      // 000000001920: BF85FFFC <k+0x8>
+\ts_cbranch_scc1 65529                      // 000000001920: BF85FFF9 <k+0x8>
 \tv_mfma_f32_16x16x32_bf16 a[16:19], v[0:3], v[4:7], 0 // 000000001924: D3B58010 02020900
 \tv_accvgpr_read_b32 v12, a0                // 00000000192C: D3D8400C 18000100
 """

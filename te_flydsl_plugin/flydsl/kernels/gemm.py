@@ -397,7 +397,8 @@ def gemm_kernel(
     # reading the stage that the next fill overwrites (it was read in iteration t - 1).
     if const_expr(p.mx):
         # Groups of four K tiles share one scale word per repetition (kernels/mx.py), in MMA operand
-        # order (A = rhs, B = lhs); a group's words are issued with the DMA of its first tile.
+        # order (A = rhs, B = lhs); a group's words are loaded after the MFMAs of the tile before it
+        # and waited for with its first tile's DMA.
         rhs_reps = tile_n // (p.n_waves * 16)
         lhs_reps = tile_m // (p.m_waves * 16)
         rows_rhs = thr_mma.partition_A(fx.make_view(0, fx.make_layout((tile_n, tile_k), (1, 0))))
@@ -469,7 +470,7 @@ def store_tile(p, acc, thr_mma, o_buf, row0, col0, m, n, ld_out, scale, beta, re
     if const_expr(p.pinned):
         # MFMA results -> the reads below: the wait states the compiler cannot see (kernels/mfma.py).
         # Fenced here, in each epilogue's own block, so the AGPR -> VGPR reads follow the stores
-        # instead of all being hoisted above the four-way branch (which spills).
+        # instead of all being hoisted above the branch between the two epilogues (which spills).
         mfma.fence_accumulators(acc)
     a_reps = fx.size(acc.shape[1]).get_static_leaf_int
     b_reps = fx.size(acc.shape[2]).get_static_leaf_int

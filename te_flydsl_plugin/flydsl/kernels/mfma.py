@@ -125,11 +125,10 @@ def gemm(
     # read that the previous B repetition's MFMAs hid).
     a_ops = fence([_operand(frag_a[None, i], a_elem) for i in range_constexpr(a_reps)], "v", OPERAND_WAIT_STATES)
     for j in range_constexpr(b_reps):
-        b_op = None
         for i in range_constexpr(a_reps):
             if const_expr(j * a_reps + i in slots):
                 interleave[slots[j * a_reps + i]]()
-            if const_expr(b_op is None):
+            if const_expr(i == 0):
                 b_op = fence([_operand(frag_b[None, j], b_elem)], "v", OPERAND_WAIT_STATES)[0]
             c = acc[None, i, j]
             operands = [a_ops[i], b_op]
@@ -150,7 +149,7 @@ def fence(values: list[ir.Value], register_class: str, wait_states: int) -> list
     nops = []
     left = wait_states
     while left > 0:
-        n = min(left, 8)  # s_nop N gives N + 1 wait states, N <= 7 on gfx9
+        n = min(left, 8)  # s_nop N gives N + 1 wait states; 8 a nop keeps N within every gfx9's immediate
         nops.append(f"s_nop {n - 1}")
         left -= n
     count = len(values)
