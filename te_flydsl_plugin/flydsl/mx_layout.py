@@ -1,4 +1,4 @@
-"""The MFMA-ready packed layout of MXFP8 E8M0 scales, its torch reference, and the weight-scale cache.
+"""The MFMA-ready packed layout of MXFP8 E8M0 scales and its torch reference.
 
 ``v_mfma_scale_f32_16x16x128_f8f6f4`` takes one 32-bit scale VGPR per operand and lane and reads ONE
 byte of it, chosen by the instruction's ``op_sel``/``op_sel_hi`` bits (byte = op_sel + 2 * op_sel_hi).
@@ -25,11 +25,6 @@ device with plain torch ops (no Python loops over elements).
 """
 
 from __future__ import annotations
-
-import threading
-import weakref
-from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 
@@ -167,98 +162,3 @@ def e8m0_to_float(u8: torch.Tensor) -> torch.Tensor:
     bits = torch.where(e == 0, torch.full_like(e, 1 << 22), e << 23)
     val = bits.view(torch.float32)
     return torch.where(e == E8M0_NAN, torch.full_like(val, float("nan")), val)
-
-
-@dataclass(frozen=True)
-class _Key:
-    """What must be equal for cached packed scales to be the packing of the current scale bytes."""
-
-    data_ptr: int
-    storage_offset: int
-    shape: tuple[int, ...]
-    stride: tuple[int, ...]
-    device: str
-    version: int
-    rows: int
-    k: int
-    blocks_along_dim: int
-
-
-class ScaleCache:
-    """Reuses packed weight scales across GEMM calls only while provably the same, unchanged storage.
-
-    An entry is keyed by the scale tensor's identity (a weak reference: a freed tensor drops its
-    entry, and a new tensor at a recycled address is never mistaken for it) and validated on every
-    lookup against its data_ptr, storage offset, shape, strides, device, (rows, k, blocks_along_dim)
-    and ``torch.Tensor._version``. ``_version`` is bumped by every in-place write through any view
-    of the storage made by torch (``copy_``, optimizer steps, TE's in-place requantisation into
-    ``_rowwise_scale_inv``), so an updated weight is re-packed, never served stale. What it cannot
-    see: writes from outside torch's autograd versioning (a raw kernel writing through data_ptr,
-    ``.data`` swaps that keep the tensor object but change storage are caught by data_ptr).
-    Callers that write scales that way must call :meth:`invalidate`.
-    """
-
-    def __init__(self, max_entries: int = 256) -> None:
-        self._entries: dict[int, tuple[weakref.ref[torch.Tensor], _Key, torch.Tensor]] = {}
-        # Re-entrant: a weakref callback (_drop) can run from GC while this thread holds the lock.
-        self._lock = threading.RLock()
-        self._max = max_entries
-        self.hits = 0
-        self.misses = 0
-
-    @staticmethod
-    def _key(scales: torch.Tensor, rows: int, k: int, blocks_along_dim: int) -> _Key:
-        return _Key(
-            data_ptr=scales.data_ptr(),
-            storage_offset=scales.storage_offset(),
-            shape=tuple(scales.shape),
-            stride=tuple(scales.stride()),
-            device=str(scales.device),
-            version=scales._version,
-            rows=rows,
-            k=k,
-            blocks_along_dim=blocks_along_dim,
-        )
-
-    def get_or_pack(
-        self,
-        scales: torch.Tensor,
-        rows: int,
-        k: int,
-        blocks_along_dim: int,
-        pack: Callable[[torch.Tensor, int, int, int], torch.Tensor] = pack_scales,
-    ) -> torch.Tensor:
-        """The packed scales of ``scales``: cached when the storage is provably unchanged, else
-        ``pack(scales, rows, k, blocks_along_dim)`` (one scale-pack launch) and cached."""
-        key = self._key(scales, rows, k, blocks_along_dim)
-        ident = id(scales)
-        with self._lock:
-            entry = self._entries.get(ident)
-            if entry is not None and entry[0]() is scales and entry[1] == key:
-                self.hits += 1
-                return entry[2]
-        packed = pack(scales, rows, k, blocks_along_dim)
-        with self._lock:
-            self.misses += 1
-            if len(self._entries) >= self._max and ident not in self._entries:
-                self._entries.pop(next(iter(self._entries)), None)
-            ref = weakref.ref(scales, lambda _r, i=ident: self._drop(i, _r))
-            self._entries[ident] = (ref, key, packed)
-        return packed
-
-    def _drop(self, ident: int, ref: weakref.ref[torch.Tensor]) -> None:
-        with self._lock:
-            entry = self._entries.get(ident)
-            if entry is not None and entry[0] is ref:
-                del self._entries[ident]
-
-    def invalidate(self, scales: torch.Tensor | None = None) -> None:
-        """Forget one tensor's packed scales (or all): for writes torch's versioning cannot see."""
-        with self._lock:
-            if scales is None:
-                self._entries.clear()
-            else:
-                self._entries.pop(id(scales), None)
-
-    def __len__(self) -> int:
-        return len(self._entries)

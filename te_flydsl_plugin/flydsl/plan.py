@@ -144,15 +144,14 @@ def build(
     call: GemmCall,
     limit: int = matrix.MAX_LAUNCH_BYTES,
     pack: Any = None,
-    weight_pack: Any = None,
 ) -> GemmPlan:
     """The plan for a problem ``check`` accepted; ``call.A``/``call.B`` are operand views.
 
-    ``pack(scales, rows, k, blocks_along_dim)`` packs MXFP8 scales (default: the torch reference);
-    ``weight_pack`` may replace it for TE's A, the weight, whose packed scales can be cached.
+    ``pack(scales, rows, k, blocks_along_dim)`` packs MXFP8 scales (default: the torch reference),
+    for both operands on every call: see ``FlydslBackend._packer`` for why nothing is reused.
     """
     p = problem
-    rhs = operand(call.A, p.layout, True, p.n, p.k, weight_pack or pack)
+    rhs = operand(call.A, p.layout, True, p.n, p.k, pack)
     lhs = operand(call.B, p.layout, False, p.m, p.k, pack)
     out_dtype = torch_dtype_of(p.out_dtype)
     device = lhs.data.device

@@ -38,7 +38,6 @@ class FlydslBackend:
         self.requested = (executor or os.environ.get("NVTE_FLYDSL_EXECUTOR") or "auto").strip().lower()
         self._availability: Verdict | None = None
         self._resolved = ""
-        self.weight_scales: dict[str, Any] = {}  # executor -> ScaleCache of packed weight scales
 
     def select_executor(self, executor: str) -> None:
         """Switch executor (tests and tools); availability is re-evaluated on next use."""
@@ -110,30 +109,33 @@ class FlydslBackend:
     def run(self, problem: GemmProblem, call: GemmCall) -> list[Any]:
         from . import executors, plan
 
-        pack = weight_pack = None
-        if problem.a.format.is_mx:
-            pack, weight_pack = self._packers(self.executor)
-        p = plan.build(problem, call, pack=pack, weight_pack=weight_pack)
+        pack = self._packer(self.executor) if problem.a.format.is_mx else None
+        p = plan.build(problem, call, pack=pack)
         executors.run(p, self.executor)
         return plan.results(p, call)
 
-    def _packers(self, executor: str) -> tuple[Any, Any]:
-        """MXFP8 scale packing for this executor: one scale-pack kernel launch per operand (the torch
-        reference for the reference executor); the weight's packed scales are reused while its scale
-        storage is provably unchanged (``mx_layout.ScaleCache``)."""
-        from .mx_layout import ScaleCache, pack_scales
+    @staticmethod
+    def _packer(executor: str) -> Any:
+        """MXFP8 scale packing for this executor: one scale-pack kernel launch per operand and call (the
+        torch reference for the reference executor).
 
+        Packed weight scales are never reused across calls. Nothing TE guarantees can tell that a
+        weight's scales were rewritten: TE's quantizers (``update_quantized``, ``copy_`` into an
+        MXFP8 tensor) write ``_rowwise_scale_inv``/``_columnwise_scale_inv`` through raw pointers and
+        leave ``torch.Tensor._version`` at 0 (measured with TE 2.20.2 on an H200), so a cache keyed on
+        it served the first step's scales forever. PR 676 packs once per GEMM as well; the cost is one
+        pass over K/32 bytes per operand row (docs/mxfp8-layout.md).
+        """
         if executor == "reference":
-            pack = pack_scales
-        else:
-            from .kernels.scale_pack import pack_scales_kernel
+            from .mx_layout import pack_scales
 
-            def pack(scales: Any, rows: int, k: int, dim: int, _mode: str = executor) -> Any:
-                return pack_scales_kernel(scales, rows, k, dim, mode=_mode)
+            return pack_scales
+        from .kernels.scale_pack import pack_scales_kernel
 
-        with self._lock:
-            cache = self.weight_scales.setdefault(executor, ScaleCache())
-        return pack, lambda scales, rows, k, dim: cache.get_or_pack(scales, rows, k, dim, pack)
+        def pack(scales: Any, rows: int, k: int, dim: int) -> Any:
+            return pack_scales_kernel(scales, rows, k, dim, mode=executor)
+
+        return pack
 
 
 _backend: FlydslBackend | None = None

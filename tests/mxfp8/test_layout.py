@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import gc
-
 import pytest
 import torch
 
@@ -121,67 +119,3 @@ def test_e8m0_to_float() -> None:
     assert torch.isnan(f[255]) and not torch.isnan(f[:255]).any()
     exact = torch.exp2(torch.arange(255, dtype=torch.float64) - 127).to(torch.float32)
     assert torch.equal(f[:255], exact)
-
-
-class _Counting:
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def __call__(self, scales: torch.Tensor, rows: int, k: int, dim: int) -> torch.Tensor:
-        self.calls += 1
-        return mx.pack_scales(scales, rows, k, dim)
-
-
-def test_scale_cache_reuses_only_unchanged_storage() -> None:
-    cache, pack = mx.ScaleCache(), _Counting()
-    rows, k = 64, 32 * 8
-    w, _ = te_scales(rows, k, 1)
-    first = cache.get_or_pack(w, rows, k, 1, pack)
-    assert cache.get_or_pack(w, rows, k, 1, pack) is first and pack.calls == 1
-    # An optimizer-style in-place update of the weight's scales must never be served stale.
-    w[3, 2] = (int(w[3, 2]) + 1) % 255
-    again = cache.get_or_pack(w, rows, k, 1, pack)
-    assert pack.calls == 2
-    assert mx.unpack_scales(again, rows, k)[3, 2] == w[3, 2]
-    # ...through a view as well (shared version counter).
-    w[:rows].fill_(7)
-    assert torch.equal(mx.unpack_scales(cache.get_or_pack(w, rows, k, 1, pack), rows, k), w[:rows, : k // 32])
-    assert pack.calls == 3
-    # Other packing parameters are other entries' business: never a hit.
-    cache.get_or_pack(w, rows - 1, k, 1, pack)
-    assert pack.calls == 4
-
-
-def test_scale_cache_new_tensor_never_hits() -> None:
-    cache, pack = mx.ScaleCache(), _Counting()
-    rows, k = 32, 128
-    w, _ = te_scales(rows, k, 1)
-    cache.get_or_pack(w, rows, k, 1, pack)
-    other = w.clone()  # equal bytes, different storage: packed anew
-    cache.get_or_pack(other, rows, k, 1, pack)
-    assert pack.calls == 2
-    w.set_(torch.zeros_like(w))  # same object, swapped storage: data_ptr differs
-    assert torch.equal(mx.unpack_scales(cache.get_or_pack(w, rows, k, 1, pack), rows, k), w[:rows, :4])
-    assert pack.calls == 3
-    del w, other
-    gc.collect()
-    assert len(cache) == 0  # freed tensors drop their entries: a recycled id() cannot alias
-
-
-def test_scale_cache_invalidate() -> None:
-    cache, pack = mx.ScaleCache(), _Counting()
-    w, _ = te_scales(32, 128, 1)
-    cache.get_or_pack(w, 32, 128, 1, pack)
-    cache.invalidate(w)
-    cache.get_or_pack(w, 32, 128, 1, pack)
-    assert pack.calls == 2
-
-
-def test_scale_cache_is_bounded() -> None:
-    cache, pack = mx.ScaleCache(max_entries=2), _Counting()
-    tensors = [te_scales(16, 128, 1, seed=s)[0] for s in range(3)]
-    for t in tensors:
-        cache.get_or_pack(t, 16, 128, 1, pack)
-    assert len(cache) == 2
-    cache.get_or_pack(tensors[0], 16, 128, 1, pack)  # the oldest went first: packed again
-    assert pack.calls == 4

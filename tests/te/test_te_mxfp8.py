@@ -149,3 +149,43 @@ def test_mxfp8_missing_direction_is_declined_with_a_reason() -> None:
             general_gemm(a, b, out_dtype=torch.float32, layout="NN")
         s = plugin.assert_routed(on_backend=0, native=1)
     assert s["by_reason"] == {"LAYOUT": 1}, s
+
+
+def _quantizer():
+    import transformer_engine_torch as tex
+    from transformer_engine.pytorch.tensor.mxfp8_tensor import MXFP8Quantizer
+
+    q = MXFP8Quantizer(fp8_dtype=tex.DType.kFloat8E4M3, rowwise=True, columnwise=True)
+    if hasattr(q, "optimize_for_gemm"):  # compact scales, the layout the plugin reads
+        q.optimize_for_gemm = False
+    return q
+
+
+@pytest.mark.parametrize("how", ["update_quantized", "copy_"])
+def test_requantised_weight_is_never_served_stale_scales(how: str) -> None:
+    """TE rewrites an MXFP8 weight in place (an optimizer step with FP8 parameters): its kernels write
+    data and scales through raw pointers and leave ``_version`` unchanged. The next GEMM must use the
+    new scales. Two GEMMs through the plugin, the weight requantised between them."""
+    from transformer_engine.pytorch.cpp_extensions import general_gemm
+
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    quantizer = _quantizer()
+    # Scales vary along rows and K; the second weight differs by a per-block factor, so stale scales
+    # applied to the new data cannot pass.
+    ramp = torch.exp2((torch.arange(N, device="cuda")[:, None] % 5) + (torch.arange(K, device="cuda") // 32) % 3)
+    w1 = torch.randn(N, K, generator=gen, device="cuda") * ramp
+    w2 = torch.randn(N, K, generator=gen, device="cuda") * ramp.flip(1) * 64
+    weight = quantizer(w1)
+    x = quantizer(torch.randn(M, K, generator=gen, device="cuda"))
+    with plugin_installed() as plugin:
+        first, *_ = general_gemm(weight, x, out_dtype=torch.float32, layout="TN")
+        assert_close("MXFP8 TN before", first, _only(x, True) @ _only(weight, True).T, 1e-5)
+        if how == "update_quantized":
+            quantizer.update_quantized(w2, weight)
+        else:
+            weight.copy_(w2)
+        new_weight = _only(weight, True)
+        assert not torch.equal(new_weight, _only(quantizer(w1), True)), "the weight was not rewritten"
+        second, *_ = general_gemm(weight, x, out_dtype=torch.float32, layout="TN")
+    plugin.assert_routed(on_backend=2)
+    assert_close(f"MXFP8 TN after {how}", second, _only(x, True) @ new_weight.T, 1e-5)
