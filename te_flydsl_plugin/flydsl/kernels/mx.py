@@ -42,6 +42,20 @@ TILE_K = mx_layout.MFMA_K  # one K-step per K tile: one scale byte per tile
 _OOB = 0x7FFFFFFF  # a byte offset past any buffer: the load returns 0 and touches no memory
 
 
+def k_of_lds_column(c: fx.Int32) -> fx.Int32:
+    """The K (within the 128-wide K-step) that LDS column ``c`` of an MXFP8 tile holds.
+
+    ``v_mfma_scale_f32_16x16x128_f8f6f4`` with FP8 operands reads lane group ``g = lane // 16``'s
+    32 bytes as two 16-element runs, K ``16 g + [0, 16)`` then ``64 + 16 g + [0, 16)``, and applies
+    the E8M0 byte of lane ``16 b + row`` to the logical K block ``b`` (docs/mxfp8-layout.md, with the
+    sources). The fragment reads give lane group ``g`` the LDS columns ``32 g + [0, 32)``, so LDS
+    16-column chunk ``q = 2 g + h`` must hold K chunk ``g + 4 h``: the K column's bits are the LDS
+    column's with bit 4 (``h``) moved above bits 5-6 (``g``). The fill applies it to the global
+    address (once, outside the K loop), so the data arrive where the MFMA expects them.
+    """
+    return (c & 15) | ((c >> 1) & 48) | ((c & 16) << 2)
+
+
 def rep_row_tiles(partitioned: fx.Tensor, reps: int) -> list[fx.Int32]:
     """The 16-row tile (within the workgroup tile) of each MFMA repetition of this thread.
 
