@@ -196,8 +196,9 @@ def _lds_layout(rows: int, tile_k: int, vec: int, k_major: bool) -> fx.Layout:
 def _s2r_atom(p: GemmParams, elem: type, k_major: bool) -> fx.CopyAtom:
     """LDS -> register copy of one MFMA operand fragment.
 
-    A lane's fragment is ``mma_k / 4`` consecutive K elements of one row (16x16 MFMAs: 4 lane groups
-    along K). K-major LDS holds them contiguously (one ``ds_read_b64``/``b128``). K-outer LDS holds
+    A lane's fragment is ``mma_k / 4`` consecutive LDS K columns of one row (16x16 MFMAs: 4 lane
+    groups along K; for MXFP8 the fill has put in them the two K runs the MFMA expects, see
+    ``fill``). K-major LDS holds them contiguously (one ``ds_read_b64``/``b128``). K-outer LDS holds
     them one row apart: 16-bit formats use gfx950's transposing ``ds_read_b64_tr_b16``, 8-bit ones
     (MXFP8 from TE's columnwise storage) ``ds_read_b64_tr_b8``; fp32 (one element per lane) reads
     single words.

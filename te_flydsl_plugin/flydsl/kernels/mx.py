@@ -2,9 +2,11 @@
 
 The family's FP8 path multiplies with gfx950's f8f6f4 MFMA; MXFP8 uses its block-scaled form,
 ``v_mfma_scale_f32_16x16x128_f8f6f4``, whose ``scale_a`` / ``scale_b`` VGPRs carry one E8M0 byte per
-lane and 32 K elements. The packed layout (``mx_layout``, docs/mxfp8-layout.md) gives lane ``l`` of a
-wave ONE dword per 16-row tile and 512 K elements, ``word[R, T, l]``, whose byte ``b`` is the scale
-that lane's 32 K elements need in K-step ``4 T + b``. So per 512 K a wave loads one dword per 16-row
+lane: lane ``16 g + i`` scales row ``i``'s logical K block ``g`` of the step (K ``32 g`` .. +31), while
+its data registers hold K ``16 g`` .. +15 and ``64 + 16 g`` .. +15 (AMD's FP8 operand layout,
+docs/mxfp8-layout.md; :func:`k_of_lds_column` puts the data there). The packed layout (``mx_layout``)
+gives lane ``l`` of a wave ONE dword per 16-row tile and 512 K elements, ``word[R, T, l]``, whose byte
+``b`` is the scale lane ``l`` supplies in K-step ``4 T + b``. So per 512 K a wave loads one dword per 16-row
 MFMA repetition of each operand (8 + 8 with the 256 x 256 tile and 2 x 2 waves) and keeps them in
 VGPRs: no LDS, no conversion.
 
