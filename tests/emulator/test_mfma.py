@@ -3,7 +3,7 @@
 The operand registers are built here from the documented lane layouts (docs/emulator.md, "MFMA
 operand layouts"), independently of the emulator's own code: lane ``l`` holds row/column ``l % 16``;
 its ``K / 4`` elements are consecutive from ``(l // 16) * K / 4``, except for the f8f6f4 MFMAs with
-8- and 6-bit operands, whose lane holds two runs, K ``16 g + [0, 16)`` and ``64 + 16 g + [0, 16)``
+8-bit operands, whose lane holds two runs, K ``16 g + [0, 16)`` and ``64 + 16 g + [0, 16)``
 (``g = l // 16``); result register ``r`` of lane ``l`` is ``D[4 * (l // 16) + r, l % 16]``.
 The block-scaled forms have their own tests (``test_mfma_scaled.py``).
 """
@@ -142,8 +142,8 @@ def test_mfma_16x16x128_f8f6f4(fa: int, fb: int, kind: str) -> None:
         + (f" cbsz:{fa}" if fa else "")
         + (f" blgp:{fb}" if fb else "")
     )
-    regs_a = lane_bytes(ca, fmt_a.bits, split=fmt_a.bits != 4)
-    regs_b = lane_bytes(cb, fmt_b.bits, split=fmt_b.bits != 4)
+    regs_a = lane_bytes(ca, fmt_a.bits, split=fmt_a.bits == 8)
+    regs_b = lane_bytes(cb, fmt_b.bits, split=fmt_b.bits == 8)
     got = run_mfma(asm, regs_a, regs_b, np.ones((16, 16), np.float32))
     da = torch.from_numpy(nm.decode_table(fmt_a)[ca]).double()
     db = torch.from_numpy(nm.decode_table(fmt_b)[cb]).double()

@@ -3,10 +3,10 @@ AMD's documented layouts, not from our kernels and not from the emulator's code.
 
 The layouts (docs/emulator.md, "MFMA operand layouts", cites each): with ``mn`` = 16 or 32 and lane
 ``l``, lane group ``g = l // mn``, every lane holds 32 elements of row ``l % mn`` of A (column of B):
-FP8/BF8 and FP6/BF6 as two runs of 16, K ``16 g + [0, 16)`` then ``K/2 + 16 g + [0, 16)`` (AMD's
-CDNA4 matrix-core blog, section 5.4, for 32x32x64; ROCm TE's MI355X-validated MXFP8 kernel for
-16x16x128; Triton's scaled-MFMA layout for FP6), FP4 as 32 consecutive, K ``32 g + [0, 32)`` (the
-blog, section 5.5). The E8M0 byte ``op_sel + 2 op_sel_hi`` of lane ``mn * b + r`` scales row ``r``'s
+FP8/BF8 as two runs of 16, K ``16 g + [0, 16)`` then ``K/2 + 16 g + [0, 16)`` (AMD's CDNA4
+matrix-core blog, section 5.4, for 32x32x64; ROCm TE's MI355X-validated MXFP8 kernel for
+16x16x128), FP4 and FP6 as 32 consecutive, K ``32 g + [0, 32)`` (the blog, section 5.5, for FP4;
+FlyDSL's hardware-tested a6w4 GEMM for FP6, docs/emulator.md). The E8M0 byte ``op_sel + 2 op_sel_hi`` of lane ``mn * b + r`` scales row ``r``'s
 LOGICAL K block ``b`` (K ``32 b`` .. +31), whichever lanes hold that block's data. So the reference
 is ``(A * 2^sa) @ (B * 2^sb)^T`` with per-(row, 32-K-block) scales, as in the blog's Figure 8.
 """
@@ -31,7 +31,7 @@ def lane_k(lane: int, mn: int, k: int, bits: int, documented: bool = True) -> li
     """The K indices lane ``lane`` holds, in register order; ``documented=False`` is the old, wrong,
     consecutive reading for every format (kept to show the tests tell the two apart)."""
     g = lane // mn
-    if bits == 4 or not documented:
+    if bits != 8 or not documented:
         return list(range(32 * g, 32 * g + 32))
     return list(range(16 * g, 16 * g + 16)) + list(range(k // 2 + 16 * g, k // 2 + 16 * g + 16))
 

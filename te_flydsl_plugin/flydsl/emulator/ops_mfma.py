@@ -5,9 +5,9 @@ row). For an ``MxNxK`` instruction with ``M == N`` in {16, 32} and ``G = 64 / M`
 ``l`` holds row ``l % M`` of A (column ``l % N`` of B), group ``g = l // M``, ``kpl = K / G``
 elements, packed little-endian from the lowest register bit:
 
-* every MFMA but the f8f6f4 ones, and f8f6f4 with FP4 (E2M1) operands: the ``kpl`` consecutive K
-  elements from ``g * kpl``;
-* f8f6f4 (plain and block-scaled) with FP8/BF8 or FP6/BF6 operands: two runs of ``kpl / 2``: K
+* every MFMA but the f8f6f4 ones, and f8f6f4 with FP6/BF6 or FP4 operands: the ``kpl`` consecutive
+  K elements from ``g * kpl``;
+* f8f6f4 (plain and block-scaled) with FP8/BF8 operands: two runs of ``kpl / 2``: K
   ``g * kpl/2 + [0, kpl/2)``, then K ``K/2 + g * kpl/2 + [0, kpl/2)`` (16x16x128: 16g and 64 + 16g;
   32x32x64: 16g and 32 + 16g). The format is chosen per operand (cbsz, blgp), so each operand's
   logical matrix is built with its own layout.
@@ -75,7 +75,7 @@ def _decoder(dtype: str, fmt: MiniFloat | None) -> Callable[[np.ndarray, int], n
 def k_of_lane(mn: int, k: int, split: bool) -> np.ndarray:
     """[64, kpl] logical K index of element ``e`` (register order) of each lane (module docstring).
 
-    ``split``: the two-run layout of the f8f6f4 MFMAs with 8- and 6-bit operands; otherwise the
+    ``split``: the two-run layout of the f8f6f4 MFMAs with 8-bit operands; otherwise the
     ``kpl`` consecutive K elements of the lane's group.
     """
     groups = LANES // mn
@@ -155,8 +155,8 @@ def _bind_mfma(inst: Inst, ctx: BindContext) -> Step:
     elif dtype == "f8f6f4":
         fa, fb = _F8F6F4[inst.mod_int("cbsz", 0)], _F8F6F4[inst.mod_int("blgp", 0)]
         dec_a, dec_b = _decoder("f8", fa), _decoder("f8", fb)
-        # The two-run layout is the f8f6f4 MFMAs' for 8- and 6-bit operands (module docstring).
-        split_a, split_b = fa.bits in (6, 8), fb.bits in (6, 8)
+        # The two-run layout is the f8f6f4 MFMAs' for 8-bit operands (module docstring).
+        split_a, split_b = fa.bits == 8, fb.bits == 8
     else:
         dec_a = dec_b = _decoder(dtype, None)
     d_op, a_op, b_op, c_op = inst.operands[:4]
