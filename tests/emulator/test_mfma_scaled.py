@@ -6,8 +6,9 @@ The layouts (docs/emulator.md, "MFMA operand layouts", cites each): with ``mn`` 
 FP8/BF8 as two runs of 16, K ``16 g + [0, 16)`` then ``K/2 + 16 g + [0, 16)`` (AMD's CDNA4
 matrix-core blog, section 5.4, for 32x32x64; ROCm TE's MI355X-validated MXFP8 kernel for
 16x16x128), FP4 and FP6 as 32 consecutive, K ``32 g + [0, 32)`` (the blog, section 5.5, for FP4;
-FlyDSL's hardware-tested a6w4 GEMM for FP6, docs/emulator.md). The E8M0 byte ``op_sel + 2 op_sel_hi`` of lane ``mn * b + r`` scales row ``r``'s
-LOGICAL K block ``b`` (K ``32 b`` .. +31), whichever lanes hold that block's data. So the reference
+FlyDSL's hardware-tested a6w4 GEMM for FP6, docs/emulator.md). The E8M0 byte ``op_sel + 2
+op_sel_hi`` of lane ``mn * b + r`` scales row ``r``'s LOGICAL K block ``b`` (K ``32 b`` .. +31),
+whichever lanes hold that block's data. So the reference
 is ``(A * 2^sa) @ (B * 2^sb)^T`` with per-(row, 32-K-block) scales, as in the blog's Figure 8.
 """
 

@@ -170,6 +170,16 @@ def test_mx_empty_k_gives_beta_times_out() -> None:
     torch.testing.assert_close(out, 0.5 * before)
 
 
+def test_lds_columns_hold_the_k_the_scaled_mfma_reads() -> None:
+    """Lane group g's fragment is LDS columns 32g .. 32g+31 (FlyDSL's tiled copy); the fill must have
+    put there K 16g .. 16g+15 then 64+16g .. 64+16g+15, AMD's FP8 operand layout for
+    v_mfma_scale_f32_16x16x128_f8f6f4 (docs/mxfp8-layout.md), built here from the documented rule."""
+    for g in range(4):
+        documented = list(range(16 * g, 16 * g + 16)) + list(range(64 + 16 * g, 64 + 16 * g + 16))
+        assert [mx.k_of_lds_column(c) for c in range(32 * g, 32 * g + 32)] == documented
+    assert sorted(mx.k_of_lds_column(c) for c in range(mx.TILE_K)) == list(range(mx.TILE_K))  # a permutation
+
+
 def test_piece_words_is_a_slice() -> None:
     packed = torch.arange(3 * 2 * 64, dtype=torch.int32).view(torch.uint8).view(3, 2, 4, 16, 4)
     words = mx.piece_words(packed, 16, 48, 512, 1000)
