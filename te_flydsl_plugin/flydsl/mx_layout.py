@@ -2,8 +2,9 @@
 
 ``v_mfma_scale_f32_16x16x128_f8f6f4`` takes one 32-bit scale VGPR per operand and lane and reads ONE
 byte of it, chosen by the instruction's ``op_sel``/``op_sel_hi`` bits (byte = op_sel + 2 * op_sel_hi).
-In one 16x16x128 MFMA, lane ``l`` supplies the scale of operand row ``l % 16`` for the 32-element
-K-block ``l // 16`` of that 128-wide K-step (docs/mxfp8-layout.md has the full mapping). The packed
+In one 16x16x128 MFMA, lane ``l`` supplies the scale of operand row ``l % 16`` for the logical
+32-element K-block ``l // 16`` of that 128-wide K-step, whose FP8 data other lanes hold as well
+(docs/mxfp8-layout.md has the full mapping and its sources). The packed
 layout therefore puts, in each 32-bit word, the scales of ONE (row, K-block-within-step) for FOUR
 consecutive K-steps: a GEMM loads one dword per lane per 512 K elements, keeps it in a register next
 to its data fragments, and selects the K-step with ``op_sel`` (an unrolled K-step) or by shifting the

@@ -1,8 +1,11 @@
 """Every MFMA kind our kernels use, against torch, on identity and random matrices.
 
-The operand registers are built here from the documented lane layout (lane ``l``: row/column
-``l % 16``, the ``K / 4`` consecutive K elements from ``(l // 16) * K / 4``; result register ``r``
-of lane ``l`` is ``D[4 * (l // 16) + r, l % 16]``), independently of the emulator's own code.
+The operand registers are built here from the documented lane layouts (docs/emulator.md, "MFMA
+operand layouts"), independently of the emulator's own code: lane ``l`` holds row/column ``l % 16``;
+its ``K / 4`` elements are consecutive from ``(l // 16) * K / 4``, except for the f8f6f4 MFMAs with
+8-bit operands, whose lane holds two runs, K ``16 g + [0, 16)`` and ``64 + 16 g + [0, 16)``
+(``g = l // 16``); result register ``r`` of lane ``l`` is ``D[4 * (l // 16) + r, l % 16]``.
+The block-scaled forms have their own tests (``test_mfma_scaled.py``).
 """
 
 from __future__ import annotations
@@ -20,14 +23,21 @@ pytestmark = pytest.mark.emulator
 LANES = 64
 
 
-def lane_bytes(mat_codes: np.ndarray, bits: int) -> np.ndarray:
+def lane_k(lane: int, k: int, split: bool) -> list[int]:
+    """The K indices lane ``lane`` of a 16x16xK MFMA holds, in register order (module docstring)."""
+    g, kpl = lane // 16, k // 4
+    if not split:
+        return list(range(g * kpl, (g + 1) * kpl))
+    return list(range(16 * g, 16 * g + 16)) + list(range(k // 2 + 16 * g, k // 2 + 16 * g + 16))
+
+
+def lane_bytes(mat_codes: np.ndarray, bits: int, split: bool = False) -> np.ndarray:
     """[16, K] element codes -> uint32[nregs, 64] operand registers (elements packed LSB first)."""
     k = mat_codes.shape[1]
     kpl = k // 4
     regs_bits = []
     for lane in range(LANES):
-        row, g = lane % 16, lane // 16
-        codes = mat_codes[row, g * kpl : (g + 1) * kpl].astype(np.uint64)
+        codes = mat_codes[lane % 16, lane_k(lane, k, split)].astype(np.uint64)
         stream = 0
         for e, c in enumerate(codes):
             stream |= int(c) << (bits * e)
@@ -132,7 +142,9 @@ def test_mfma_16x16x128_f8f6f4(fa: int, fb: int, kind: str) -> None:
         + (f" cbsz:{fa}" if fa else "")
         + (f" blgp:{fb}" if fb else "")
     )
-    got = run_mfma(asm, lane_bytes(ca, fmt_a.bits), lane_bytes(cb, fmt_b.bits), np.ones((16, 16), np.float32))
+    regs_a = lane_bytes(ca, fmt_a.bits, split=fmt_a.bits == 8)
+    regs_b = lane_bytes(cb, fmt_b.bits, split=fmt_b.bits == 8)
+    got = run_mfma(asm, regs_a, regs_b, np.ones((16, 16), np.float32))
     da = torch.from_numpy(nm.decode_table(fmt_a)[ca]).double()
     db = torch.from_numpy(nm.decode_table(fmt_b)[cb]).double()
     want = (da @ db.T + 1.0).float().numpy()
@@ -141,31 +153,6 @@ def test_mfma_16x16x128_f8f6f4(fa: int, fb: int, kind: str) -> None:
         np.testing.assert_array_equal(
             da.float().numpy(), torch.from_numpy(ca).view(torch.float8_e4m3fn).float().numpy()
         )
-
-
-@pytest.mark.parametrize(("byte_a", "byte_b"), [(0, 0), (1, 2), (3, 1)])
-def test_mfma_scale_16x16x128(byte_a: int, byte_b: int) -> None:
-    rng = np.random.default_rng(7)
-    a, b = rng.standard_normal((16, 128)), rng.standard_normal((16, 128))
-    ca, cb = nm.encode(nm.E4M3, a, saturate=True), nm.encode(nm.E5M2, b, saturate=True)
-    sa = rng.integers(120, 135, (16, 4))  # E8M0 per (row, 32-K block)
-    sb = rng.integers(120, 135, (16, 4))
-    # lane l holds the scale of row l % 16, K block l // 16, in byte `byte_x` (other bytes are noise)
-    noise = rng.integers(0, 256, (LANES, 4))
-    va, vb = noise.copy(), noise[::-1].copy()
-    for lane in range(LANES):
-        va[lane, byte_a] = sa[lane % 16, lane // 16]
-        vb[lane, byte_b] = sb[lane % 16, lane // 16]
-    word = lambda x: (x[:, 0] | x[:, 1] << 8 | x[:, 2] << 16 | x[:, 3] << 24).astype(np.uint32)  # noqa: E731
-    osel = f"op_sel:[{byte_a & 1},{byte_b & 1},0] op_sel_hi:[{byte_a >> 1},{byte_b >> 1},0]"
-    asm = f"v_mfma_scale_f32_16x16x128_f8f6f4 a[0:3], v[0:7], v[16:23], a[0:3], v40, v41 {osel} blgp:1"
-    got = run_mfma(
-        asm, lane_bytes(ca, 8), lane_bytes(cb, 8), np.zeros((16, 16), np.float32), {40: word(va), 41: word(vb)}
-    )
-    da = nm.decode_table(nm.E4M3)[ca].astype(np.float64) * np.repeat(2.0 ** (sa - 127.0), 32, axis=1)
-    db = nm.decode_table(nm.E5M2)[cb].astype(np.float64) * np.repeat(2.0 ** (sb - 127.0), 32, axis=1)
-    want = (torch.from_numpy(da) @ torch.from_numpy(db).T).float().numpy()
-    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
 
 
 def test_mfma_inline_zero_accumulator_and_vgpr_destination() -> None:

@@ -36,8 +36,14 @@ _TORCH_OUT = {F.FP32: torch.float32, F.BF16: torch.bfloat16, F.FP16: torch.float
 
 def _operand(fmt: Format, rows: int, k: int, k_major: bool, gen: torch.Generator) -> KernelOperand:
     """An operand as the plan builds it: K-major from TE's rowwise data ``[rows, K]``, else from TE's
-    columnwise data ``[K, rows]`` (blocks along K), with its packed scales (TE's padding is poison)."""
-    x = torch.randn(rows, k, generator=gen) * torch.exp2(torch.randint(-6, 6, (rows, 1), generator=gen).float())
+    columnwise data ``[K, rows]`` (blocks along K), with its packed scales (TE's padding is poison).
+
+    Magnitudes vary by 2^-3 .. 2^3 per row and again per 32-K block, so the E8M0 scales vary along
+    both: a scale applied to the wrong K block (e.g. data in the wrong MFMA register) shows, and fp16
+    outputs stay finite."""
+    row_exp = torch.randint(-3, 4, (rows, 1), generator=gen).float()
+    block_exp = torch.randint(-3, 4, (1, -(-k // 32)), generator=gen).float().repeat_interleave(32, dim=1)[:, :k]
+    x = torch.randn(rows, k, generator=gen) * torch.exp2(row_exp + block_exp)
     if k_major:
         op, _ = make_mxfp8(x, fmt, rowwise=True, columnwise=False)
         packed = pack_scales(op.rowwise_scale_inv, rows, k, 1)
@@ -62,7 +68,7 @@ def _run_and_compare(plan: GemmPlan) -> None:
     launch.execute(plan, "emulator")
     assert launch.launch_counts["emulator"] == ran + len(plan.pieces)
     atol, rtol = tolerance(plan.config, plan.lhs.k)
-    scale = float(want.out.abs().max())  # operands span 2^-6 .. 2^6 per row: compare relative to the output
+    scale = float(want.out.abs().max())  # operands span 2^-6 .. 2^6: compare relative to the output
     torch.testing.assert_close(plan.out.double() / scale, want.out.double() / scale, atol=atol, rtol=rtol)
 
 
@@ -162,6 +168,16 @@ def test_mx_empty_k_gives_beta_times_out() -> None:
     )
     launch.execute(plan, "emulator")
     torch.testing.assert_close(out, 0.5 * before)
+
+
+def test_lds_columns_hold_the_k_the_scaled_mfma_reads() -> None:
+    """Lane group g's fragment is LDS columns 32g .. 32g+31 (FlyDSL's tiled copy); the fill must have
+    put there K 16g .. 16g+15 then 64+16g .. 64+16g+15, AMD's FP8 operand layout for
+    v_mfma_scale_f32_16x16x128_f8f6f4 (docs/mxfp8-layout.md), built here from the documented rule."""
+    for g in range(4):
+        documented = list(range(16 * g, 16 * g + 16)) + list(range(64 + 16 * g, 64 + 16 * g + 16))
+        assert [mx.k_of_lds_column(c) for c in range(32 * g, 32 * g + 32)] == documented
+    assert sorted(mx.k_of_lds_column(c) for c in range(mx.TILE_K)) == list(range(mx.TILE_K))  # a permutation
 
 
 def test_piece_words_is_a_slice() -> None:

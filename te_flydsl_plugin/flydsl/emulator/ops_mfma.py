@@ -1,15 +1,28 @@
 """Matrix instructions (MFMA, incl. gfx950's f8f6f4 and block-scaled forms) and accumulator moves.
 
-Operand lane layouts, as documented for CDNA3/CDNA4 (AMD matrix instruction calculator, CDNA4 ISA):
-for an ``MxNxK`` instruction with ``M == N`` in {16, 32}, lane ``l`` holds row ``l % M`` of A (column
-``l % N`` of B) and the ``K * M / 64`` consecutive K elements starting at ``(l // M) * K * M / 64``,
-packed little-endian from the lowest register bit. The f32 result: for 16x16, register ``r`` of lane
-``l`` is ``D[4 * (l // 16) + r, l % 16]``; for 32x32, ``D[8 * (r // 4) + 4 * (l // 32) + r % 4, l % 32]``.
+Operand lane layouts (docs/emulator.md, "MFMA operand layouts", has the table and the source of each
+row). For an ``MxNxK`` instruction with ``M == N`` in {16, 32} and ``G = 64 / M`` lane groups, lane
+``l`` holds row ``l % M`` of A (column ``l % N`` of B), group ``g = l // M``, ``kpl = K / G``
+elements, packed little-endian from the lowest register bit:
+
+* every MFMA but the f8f6f4 ones, and f8f6f4 with FP6/BF6 or FP4 operands: the ``kpl`` consecutive
+  K elements from ``g * kpl``;
+* f8f6f4 (plain and block-scaled) with FP8/BF8 operands: two runs of ``kpl / 2``: K
+  ``g * kpl/2 + [0, kpl/2)``, then K ``K/2 + g * kpl/2 + [0, kpl/2)`` (16x16x128: 16g and 64 + 16g;
+  32x32x64: 16g and 32 + 16g). The format is chosen per operand (cbsz, blgp), so each operand's
+  logical matrix is built with its own layout.
+
+The block-scaled ``v_mfma_scale_*`` forms read one E8M0 byte per lane and operand (byte
+``op_sel + 2 * op_sel_hi``); lane ``l``'s byte is the scale of row ``l % M`` for the LOGICAL 32-wide K
+block ``l // M`` (K ``32 * (l // M)`` .. +31), whichever lanes hold that block's data. So the emulator
+builds the logical A and B matrices from the lane layout, the ``[M, K / 32]`` scale matrices from the
+scale lanes, and multiplies ``(A * 2^sa) @ (B * 2^sb)^T``.
+
+The f32 result: for 16x16, register ``r`` of lane ``l`` is ``D[4 * (l // 16) + r, l % 16]``; for 32x32,
+``D[8 * (r // 4) + 4 * (l // 32) + r % 4, l % 32]``.
 
 ``v_mfma_*_f8f6f4``: ``cbsz`` (A) and ``blgp`` (B) select the element format: 0 E4M3, 1 E5M2,
-2 E2M3 (FP6), 3 E3M2 (BF6), 4 E2M1 (FP4). The ``v_mfma_scale_*`` forms add one E8M0 scale per lane
-and operand (the byte chosen by ``op_sel``/``op_sel_hi``), which scales that lane's 32 K elements:
-the K block of one row of A (column of B) that lane holds.
+2 E2M3 (FP6), 3 E3M2 (BF6), 4 E2M1 (FP4).
 """
 
 from __future__ import annotations
@@ -25,6 +38,7 @@ from .errors import EmulatorError
 from .machine import LANES, Wave
 from .numerics import E2M1, E2M3, E3M2, E4M3, E5M2, MiniFloat, bf16_to_f32, decode_table, e8m0_to_f32
 
+SCALE_BLOCK = 32  # K elements per E8M0 scale of the block-scaled MFMAs (CDNA4 ISA; OCP MX block size)
 _F8F6F4 = {0: E4M3, 1: E5M2, 2: E2M3, 3: E3M2, 4: E2M1}
 _MFMA_RE = re.compile(
     r"^v_mfma_(scale_)?f32_(\d+)x(\d+)x(\d+)(?:_?)(f32|xf32|bf16|f16|bf16_1k|f8f6f4|fp8_fp8|bf8_bf8|fp8_bf8|bf8_fp8)$"
@@ -58,11 +72,32 @@ def _decoder(dtype: str, fmt: MiniFloat | None) -> Callable[[np.ndarray, int], n
     return lambda r, k: table[_unpack_bits(r, fmt.bits, k)]
 
 
-def _to_matrix(vals: np.ndarray, mn: int, k: int) -> np.ndarray:
-    """[64 lanes, kpl] operand values -> [mn, k] matrix (row = lane % mn, k block = lane // mn)."""
+def k_of_lane(mn: int, k: int, split: bool) -> np.ndarray:
+    """[64, kpl] logical K index of element ``e`` (register order) of each lane (module docstring).
+
+    ``split``: the two-run layout of the f8f6f4 MFMAs with 8-bit operands; otherwise the
+    ``kpl`` consecutive K elements of the lane's group.
+    """
     groups = LANES // mn
     kpl = k // groups
-    return vals.reshape(groups, mn, kpl).transpose(1, 0, 2).reshape(mn, k)
+    g = (np.arange(LANES) // mn)[:, None]
+    e = np.arange(kpl)[None, :]
+    if not split:
+        return g * kpl + e
+    run = kpl // 2
+    return np.where(e < run, g * run + e, k // 2 + g * run + (e - run))
+
+
+def _to_matrix(vals: np.ndarray, mn: int, k_index: np.ndarray) -> np.ndarray:
+    """[64 lanes, kpl] operand values -> [mn, k] logical matrix (row = lane % mn, K from ``k_index``)."""
+    mat = np.empty((mn, k_index.size // mn), vals.dtype)
+    mat[(np.arange(LANES) % mn)[:, None], k_index] = vals
+    return mat
+
+
+def _scale_matrix(byte: np.ndarray, mn: int) -> np.ndarray:
+    """[64] E8M0 bytes -> [mn, K/32] scales: lane ``l`` scales row ``l % mn``, K block ``l // mn``."""
+    return e8m0_to_f32(byte).reshape(LANES // mn, mn).T
 
 
 def _result_index(mn: int) -> tuple[np.ndarray, np.ndarray]:
@@ -110,6 +145,7 @@ def _bind_mfma(inst: Inst, ctx: BindContext) -> Step:
             raise EmulatorError(
                 f"{ctx.kernel}: {inst.opcode} with {mod} broadcast at 0x{inst.address:x} is not emulated"
             )
+    split_a = split_b = False
     if dtype in ("xf32", "fp8_fp8", "bf8_bf8", "fp8_bf8", "bf8_fp8"):
         fa = E4M3 if dtype.startswith("fp8") else E5M2
         fb = E4M3 if dtype.endswith("fp8") else E5M2
@@ -119,11 +155,14 @@ def _bind_mfma(inst: Inst, ctx: BindContext) -> Step:
     elif dtype == "f8f6f4":
         fa, fb = _F8F6F4[inst.mod_int("cbsz", 0)], _F8F6F4[inst.mod_int("blgp", 0)]
         dec_a, dec_b = _decoder("f8", fa), _decoder("f8", fb)
+        # The two-run layout is the f8f6f4 MFMAs' for 8-bit operands (module docstring).
+        split_a, split_b = fa.bits == 8, fb.bits == 8
     else:
         dec_a = dec_b = _decoder(dtype, None)
     d_op, a_op, b_op, c_op = inst.operands[:4]
-    groups = LANES // mdim
-    kpl = kdim // groups
+    kpl = kdim * mdim // LANES
+    k_a = k_of_lane(mdim, kdim, split_a)
+    k_b = k_of_lane(ndim, kdim, split_b)
     hz = ctx.hazards
     scale_a = scale_b = None
     sel_a = sel_b = 0
@@ -140,21 +179,20 @@ def _bind_mfma(inst: Inst, ctx: BindContext) -> Step:
                 if o.kind in ("v", "a"):
                     hz.check_read(w, o.kind, o.index, o.count, inst)
             hz.check_write(w, d_op.kind, d_op.index, nout, inst)
-        av = dec_a(_regs(w, a_op), kpl)
-        bv = dec_b(_regs(w, b_op), kpl)
+        # f64 throughout: a scaled product (up to 2^254 * 57344^2) or a sum of them stays exact enough.
+        a = _to_matrix(dec_a(_regs(w, a_op), kpl), mdim, k_a).astype(np.float64)
+        b = _to_matrix(dec_b(_regs(w, b_op), kpl), ndim, k_b).astype(np.float64)
         if scale_a is not None and scale_b is not None:
             sa = (np.broadcast_to(scale_a(w), (LANES,)) >> np.uint32(8 * sel_a)) & np.uint32(0xFF)
             sb = (np.broadcast_to(scale_b(w), (LANES,)) >> np.uint32(8 * sel_b)) & np.uint32(0xFF)
-            av = av * e8m0_to_f32(sa)[:, None]
-            bv = bv * e8m0_to_f32(sb)[:, None]
-        a = _to_matrix(av, mdim, kdim)
-        b = _to_matrix(bv, ndim, kdim)
+            a = a * np.repeat(_scale_matrix(sa, mdim), SCALE_BLOCK, axis=1)
+            b = b * np.repeat(_scale_matrix(sb, ndim), SCALE_BLOCK, axis=1)
         if c_op.kind in ("v", "a"):
             c = _to_result_layout(_regs(w, Operand(c_op.kind, c_op.index, nout)).view(np.float32), mdim)
         else:  # an inline constant accumulator (0 for a fresh tile)
             c = np.full((mdim, mdim), np.uint32(imm_value(c_op, "f32")).view(np.float32))
         with np.errstate(all="ignore"):
-            d = (a.astype(np.float64) @ b.astype(np.float64).T + c).astype(np.float32)
+            d = (a @ b.T + c).astype(np.float32)
         f = w.a if d_op.kind == "a" else w.v
         f[d_op.index : d_op.index + nout] = _from_result(d, mdim).view(np.uint32)
 

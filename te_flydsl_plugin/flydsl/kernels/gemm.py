@@ -196,8 +196,9 @@ def _lds_layout(rows: int, tile_k: int, vec: int, k_major: bool) -> fx.Layout:
 def _s2r_atom(p: GemmParams, elem: type, k_major: bool) -> fx.CopyAtom:
     """LDS -> register copy of one MFMA operand fragment.
 
-    A lane's fragment is ``mma_k / 4`` consecutive K elements of one row (16x16 MFMAs: 4 lane groups
-    along K). K-major LDS holds them contiguously (one ``ds_read_b64``/``b128``). K-outer LDS holds
+    A lane's fragment is ``mma_k / 4`` consecutive LDS K columns of one row (16x16 MFMAs: 4 lane
+    groups along K; for MXFP8 the fill has put in them the two K runs the MFMA expects, see
+    ``fill``). K-major LDS holds them contiguously (one ``ds_read_b64``/``b128``). K-outer LDS holds
     them one row apart: 16-bit formats use gfx950's transposing ``ds_read_b64_tr_b16``, 8-bit ones
     (MXFP8 from TE's columnwise storage) ``ds_read_b64_tr_b8``; fp32 (one element per lane) reads
     single words.
@@ -288,7 +289,13 @@ def gemm_kernel(
     wave_base = rocdl.readfirstlane(fx.Int32.ir_type, fx.Int32(tid // WAVE_SIZE * WAVE_SIZE * vec))
 
     def fill(lds_stage, src, layout, rows_tile, rows, first_row, ld, k_major, loads, k_tile):
-        """Issue this thread's DMA transfers of one operand's K tile ``k_tile`` into ``lds_stage``."""
+        """Issue this thread's DMA transfers of one operand's K tile ``k_tile`` into ``lds_stage``.
+
+        LDS K column ``c`` of a tile holds global K ``k0 + c``, except for MXFP8, where it holds the
+        K that the block-scaled MFMA expects in that register (``mx.k_of_lds_column``): the fragment
+        reads stay 32 consecutive bytes and the permutation costs nothing in the K loop (``c`` does
+        not depend on the tile).
+        """
         k0 = k_tile * tile_k
         for i in range_constexpr(loads):
             pos = (i * threads + tid) * vec  # LDS element this lane's 16 bytes land on
@@ -297,15 +304,12 @@ def gemm_kernel(
                 # The swizzle permutes chunks within a row and is its own inverse: the logical K
                 # column stored at ``pos`` is where ``(r, pos % tile_k)`` maps to.
                 c = fx.get_scalar(fx.crd2idx((r, pos % tile_k), layout)) % tile_k
-                g_row = first_row + r
-                g_k = k0 + c
-                offset = g_row * ld + g_k
             else:
                 c = pos // rows_tile
                 r = fx.get_scalar(fx.crd2idx((pos % rows_tile, c), layout)) % rows_tile
-                g_row = first_row + r
-                g_k = k0 + c
-                offset = g_k * ld + g_row
+            g_row = first_row + r
+            g_k = k0 + (mx.k_of_lds_column(c) if const_expr(p.mx) else c)
+            offset = g_row * ld + g_k if const_expr(k_major) else g_k * ld + g_row
             offset = ((g_row < rows) & (g_k < k)).select(offset, oob_in)
             src_v = fx.make_view(fx.get_iter(src) + offset, fx.make_layout(1, 1))
             dst_v = fx.make_view(lds_stage + (wave_base + i * threads * vec), fx.make_layout(1, 1))

@@ -2,9 +2,11 @@
 
 The family's FP8 path multiplies with gfx950's f8f6f4 MFMA; MXFP8 uses its block-scaled form,
 ``v_mfma_scale_f32_16x16x128_f8f6f4``, whose ``scale_a`` / ``scale_b`` VGPRs carry one E8M0 byte per
-lane and 32 K elements. The packed layout (``mx_layout``, docs/mxfp8-layout.md) gives lane ``l`` of a
-wave ONE dword per 16-row tile and 512 K elements, ``word[R, T, l]``, whose byte ``b`` is the scale
-that lane's 32 K elements need in K-step ``4 T + b``. So per 512 K a wave loads one dword per 16-row
+lane: lane ``16 g + i`` scales row ``i``'s logical K block ``g`` of the step (K ``32 g`` .. +31), while
+its data registers hold K ``16 g`` .. +15 and ``64 + 16 g`` .. +15 (AMD's FP8 operand layout,
+docs/mxfp8-layout.md; :func:`k_of_lds_column` puts the data there). The packed layout (``mx_layout``)
+gives lane ``l`` of a wave ONE dword per 16-row tile and 512 K elements, ``word[R, T, l]``, whose byte
+``b`` is the scale lane ``l`` supplies in K-step ``4 T + b``. So per 512 K a wave loads one dword per 16-row
 MFMA repetition of each operand (8 + 8 with the 256 x 256 tile and 2 x 2 waves) and keeps them in
 VGPRs: no LDS, no conversion.
 
@@ -40,6 +42,20 @@ STEPS_PER_WORD = mx_layout.STEPS_PER_WORD  # K tiles per scale word (tile_k == 1
 WORDS_PER_GROUP = 64  # dwords per (16-row tile, word group): one per lane
 TILE_K = mx_layout.MFMA_K  # one K-step per K tile: one scale byte per tile
 _OOB = 0x7FFFFFFF  # a byte offset past any buffer: the load returns 0 and touches no memory
+
+
+def k_of_lds_column(c: fx.Int32) -> fx.Int32:
+    """The K (within the 128-wide K-step) that LDS column ``c`` of an MXFP8 tile holds.
+
+    ``v_mfma_scale_f32_16x16x128_f8f6f4`` with FP8 operands reads lane group ``g = lane // 16``'s
+    32 bytes as two 16-element runs, K ``16 g + [0, 16)`` then ``64 + 16 g + [0, 16)``, and applies
+    the E8M0 byte of lane ``16 b + row`` to the logical K block ``b`` (docs/mxfp8-layout.md, with the
+    sources). The fragment reads give lane group ``g`` the LDS columns ``32 g + [0, 32)``, so LDS
+    16-column chunk ``q = 2 g + h`` must hold K chunk ``g + 4 h``: the K column's bits are the LDS
+    column's with bit 4 (``h``) moved above bits 5-6 (``g``). The fill applies it to the global
+    address (once, outside the K loop), so the data arrive where the MFMA expects them.
+    """
+    return (c & 15) | ((c >> 1) & 48) | ((c & 16) << 2)
 
 
 def rep_row_tiles(partitioned: fx.Tensor, reps: int) -> list[fx.Int32]:

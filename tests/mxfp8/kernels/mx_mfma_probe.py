@@ -3,7 +3,8 @@
 D[16,16] = A[16,K] @ B[16,K]^T over K = 512 (four 128-wide K-steps) with one
 ``v_mfma_scale_f32_16x16x128_f8f6f4`` per step. Each lane loads ONE 32-bit word of each operand's packed
 scales (dword ``lane`` of the 16-row tile, word group 0) before the K loop; step ``t`` selects byte ``t``
-with op_sel. Lane ``l`` feeds row ``l % 16`` and K bytes ``32 * (l // 16)`` .. +31 of each step. The test
+with op_sel. Lane ``l`` feeds row ``l % 16`` and, as AMD documents the FP8 operand layout (docs/mxfp8-layout.md),
+K bytes ``16 * (l // 16)`` .. +15 then ``64 + 16 * (l // 16)`` .. +15 of each step. The test
 compares D with the dequantise-then-matmul reference: if the layout, the byte select or the lane mapping
 disagreed with the MFMA (as the emulator models it), D would differ.
 """
@@ -29,9 +30,9 @@ def probe_kernel(A: fx.Tensor, B: fx.Tensor, SA: fx.Tensor, SB: fx.Tensor, D: fx
     zero = fx.as_ir_value(fx.Int32(0))
     v4 = ir.VectorType.get([4], T.i32)
 
-    def load32(rs, off):  # 32 bytes = two dwordx4 loads, joined into the 8-VGPR operand
+    def load32(rs, off):  # two 16-byte runs 64 K apart, joined into the 8-VGPR operand
         lo = _rocdl.raw_ptr_buffer_load(v4, rs, fx.as_ir_value(off), zero)
-        hi = _rocdl.raw_ptr_buffer_load(v4, rs, fx.as_ir_value(off + fx.Int32(16)), zero)
+        hi = _rocdl.raw_ptr_buffer_load(v4, rs, fx.as_ir_value(off + fx.Int32(64)), zero)
         return _vector.shuffle(lo, hi, list(range(8)))
 
     row, kgrp = lane & fx.Int32(15), lane >> fx.Int32(4)
@@ -39,7 +40,7 @@ def probe_kernel(A: fx.Tensor, B: fx.Tensor, SA: fx.Tensor, SB: fx.Tensor, D: fx
     sb = _rocdl.raw_ptr_buffer_load(T.i32, rsrc[3], fx.as_ir_value(lane * fx.Int32(4)), zero)
     acc = fx.as_ir_value(Vec.filled(4, 0.0, fx.Float32))
     for t in fx.range_constexpr(STEPS):
-        off = row * fx.Int32(K) + fx.Int32(128 * t) + kgrp * fx.Int32(32)
+        off = row * fx.Int32(K) + fx.Int32(128 * t) + kgrp * fx.Int32(16)
         a, b = load32(rsrc[0], off), load32(rsrc[1], off)
         acc = fx.rocdl.mfma_scale_f32_16x16x128_f8f6f4(acc.type, [a, b, acc, 0, FMT_B, t, sa, t, sb])
     res = Vec(acc)
