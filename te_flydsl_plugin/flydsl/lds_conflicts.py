@@ -11,6 +11,7 @@ and before it ("prologue").
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from . import kloop, toolchain
@@ -40,7 +41,8 @@ def _launch_values(cfg: KernelConfig, k: int) -> list[Any]:
         sa, sb = torch.ones(1), torch.ones(1)
     elif cfg.scaling == "mx":
         groups = -(-k // mx_layout.K_PER_WORD)
-        sa, sb = (torch.zeros(-(-r // mx_layout.MFMA_ROWS), groups * mx.WORDS_PER_GROUP, dtype=torch.int32) for r in (m, n))
+        words = groups * mx.WORDS_PER_GROUP
+        sa, sb = (torch.zeros(-(-r // mx_layout.MFMA_ROWS), words, dtype=torch.int32) for r in (m, n))
     return launch.kernarg_values(cfg, launch.Launch(out, lhs, rhs, sa, sb, 1.0, 0.0))
 
 
@@ -76,8 +78,7 @@ def tile_report(cfg: KernelConfig, arch: str = "gfx950") -> dict[str, Any]:
         }
 
     return {
-        "model": {"banks": stats.model.banks, "bank_bytes": stats.model.bank_bytes,
-                  "bytes_per_clock": stats.model.bytes_per_clock},  # fmt: skip
+        "model": dataclasses.asdict(stats.model),
         "k": k,
         "iterations": iterations,
         "per_iteration": region(loop.contains, waves * iterations),  # per wave
