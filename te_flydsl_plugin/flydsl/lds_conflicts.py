@@ -46,22 +46,24 @@ def _launch_values(cfg: KernelConfig, k: int) -> list[Any]:
     return launch.kernarg_values(cfg, launch.Launch(out, lhs, rhs, sa, sb, 1.0, 0.0))
 
 
-def tile_report(cfg: KernelConfig, arch: str = "gfx950") -> dict[str, Any]:
+def tile_report(cfg: KernelConfig, arch: str = "gfx950", code_object: bytes | None = None) -> dict[str, Any]:
     """Bank cycles of one tile of ``cfg``: totals per region and per opcode (``executions``, ``cycles``,
-    ``ideal_cycles``, ``conflict_cycles``), the K loop's per iteration and wave."""
+    ``ideal_cycles``, ``conflict_cycles``), the K loop's per iteration and wave. ``code_object``
+    replaces the config's compiled one (a patched copy of it, in the tests)."""
     from . import emulator
 
     ck = compile_config(cfg, arch)
+    co = ck.code_object if code_object is None else code_object
     k = K_TILES * cfg.tile_k
     values = _launch_values(cfg, k)  # held until the launch ends: the kernarg holds their addresses
-    kernarg = emulator.pack_flydsl_kernarg(ck.code_object, ck.kernel, values)
+    kernarg = emulator.pack_flydsl_kernarg(co, ck.kernel, values)
     block = (gemm.block_size(cfg), 1, 1)
     rep = emulator.launch(
-        ck.code_object, ck.kernel, kernarg, (1, 1, 1), block, workgroups=[(0, 0, 0)], hazards="off", lds_banks=True
+        co, ck.kernel, kernarg, (1, 1, 1), block, workgroups=[(0, 0, 0)], hazards="off", lds_banks=True
     )
     del values
     assert rep.lds_banks is not None
-    loop = kloop.k_loop(kloop.instructions(toolchain.disassemble(ck.code_object, arch)))
+    loop = kloop.k_loop(kloop.instructions(toolchain.disassemble(co, arch)))
     if loop is None:
         raise ValueError(f"{cfg.name}: no K loop (a loop holding MFMAs) in the disassembly")
     waves = rep.waves_per_workgroup
