@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .emulator.decode import Inst, decode_text
-from .emulator.hazards import mfma_timing
+from .emulator.hazards import mfma_timing, wait_states
 
 CLOCKS_PER_PASS = 4  # AMD CDNA3 / CDNA4 ISA guides: an MFMA pass is 4 clocks; SISchedule.td's cycle unit
 MCA_ITERATIONS = (10, 20)  # steady state = the cycle difference between two runs over their iteration difference
@@ -94,11 +94,6 @@ def _mca_undercounts(inst: Inst) -> bool:
     return "f8f6f4" in inst.opcode and min(inst.mod_int("cbsz", 0), inst.mod_int("blgp", 0)) <= 1
 
 
-def _nop_count(inst: Inst) -> int:
-    """Issue slots (wait states) of ``s_nop N``: N + 1 (SIInstrInfo::getNumWaitStates)."""
-    return int(inst.operands[0].value) + 1 if inst.operands else 1
-
-
 _CLASSES = (
     ("mfma", lambda op: op.startswith("v_mfma")),
     ("ds", lambda op: op.startswith("ds_")),
@@ -121,11 +116,10 @@ def static_report(body: Sequence[Inst]) -> dict[str, Any]:
     """The counts of one loop body: instructions, MFMAs, passes, floor, issue slots, by class."""
     mfmas = [i for i in body if is_mfma(i)]
     total_passes = sum(map(passes, mfmas))
-    others = [i for i in body if not is_mfma(i)]
-    slots = sum(_nop_count(i) if i.opcode == "s_nop" else 1 for i in others)
-    classes: dict[str, int] = {name: 0 for name, _ in _CLASSES}
+    slots = sum(wait_states(i) for i in body if not is_mfma(i))  # an s_nop N takes N + 1 issue slots
+    classes: dict[str, int] = {name: 0 for name, _ in _CLASSES} | {"other": 0}
     for i in body:
-        classes[_class(i.opcode)] = classes.get(_class(i.opcode), 0) + 1
+        classes[_class(i.opcode)] += 1
     return {
         "instructions": len(body),
         "mfma": len(mfmas),
@@ -134,7 +128,7 @@ def static_report(body: Sequence[Inst]) -> dict[str, Any]:
         "xdl_floor_clocks": total_passes * CLOCKS_PER_PASS,
         "non_mfma_slots": slots,
         "slots_per_pass": round(slots / total_passes, 3) if total_passes else None,
-        "nop_wait_states": sum(_nop_count(i) for i in body if i.opcode == "s_nop"),
+        "nop_wait_states": sum(wait_states(i) for i in body if i.opcode == "s_nop"),
         "by_class": classes,
     }
 
