@@ -16,11 +16,13 @@ FP8 correction. On gfx950 ``v_mfma[_scale]_f32_16x16x128_f8f6f4`` takes 8 passes
 is FP8 (``cbsz`` or ``blgp`` <= 1), else 4; 32x32x64 takes 16 / 8. LLVM selects this through
 ``PredIsF8_MFMA_SCALE``, a ``SchedPredicate`` on the MachineInstr (C++, ``TII->getNamedOperand``)
 that llvm-mca, working on MCInsts, cannot evaluate, so it takes the variant's default (4 / 8
-passes); ``SISchedule.td`` says so itself ("TODO: This isn't reflected in MCA"). The report therefore
-feeds llvm-mca each such FP8 MFMA twice, in place (same operands, D = C): the XDL pipe is busy for
-the full passes and dependents wait for both. The copy also takes an issue slot, so ``mca_cycles``
-is an upper bound (by at most one cycle per FP8 MFMA) and ``mca_cycles_uncorrected`` (MCA as is) a
-lower one.
+passes); ``SISchedule.td`` says so itself ("TODO: This isn't reflected in MCA"). So each such FP8
+MFMA reaches llvm-mca as an f32 MFMA of the same shape class and the right passes
+(``v_mfma_f32_16x16x4_f32``: 8, ``v_mfma_f32_32x32x2_f32``: 16, both on the XDL pipe in the gfx950
+model) with the same accumulators and the first register of each source: issue slots and pipe
+occupancy exact, only the dependencies on the other source registers lost (the loop's ``s_waitcnt``
+still orders the loads): ``mca_cycles``. ``mca_cycles_upper`` feeds the original twice, in place
+(exact dependencies, one issue slot too many per FP8 MFMA), ``mca_cycles_uncorrected`` as is.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .emulator.decode import Inst, decode_text
+from .emulator.decode import Inst, Operand, decode_text
 from .emulator.hazards import mfma_timing, wait_states
 
 CLOCKS_PER_PASS = 4  # AMD CDNA3 / CDNA4 ISA guides: an MFMA pass is 4 clocks; SISchedule.td's cycle unit
@@ -140,14 +142,31 @@ def mca_tool() -> str | None:
     return toolchain.llvm_tool("llvm-mca")
 
 
-def mca_text(body: Sequence[Inst], correct_fp8: bool = True) -> str:
-    """The loop body as llvm-mca input: LLVM's own text of each instruction, an FP8 f8f6f4 MFMA twice
-    when ``correct_fp8`` (module docstring)."""
+# The f32 MFMA llvm-mca times with the passes of an FP8 f8f6f4 one of the same size (SISchedule.td's
+# gfx950 model: V_MFMA_F32_16X16X4F32 -> Write8PassMAI, V_MFMA_F32_32X32X2F32 -> Write16PassMAI).
+_STAND_IN = {"16x16x128": "v_mfma_f32_16x16x4_f32", "32x32x64": "v_mfma_f32_32x32x2_f32"}
+FP8_CORRECTIONS = ("substitute", "duplicate", "none")
+
+
+def _reg(o: Operand) -> str:
+    return f"{o.kind}{o.index}" if o.count == 1 else f"{o.kind}[{o.index}:{o.index + o.count - 1}]"
+
+
+def mca_text(body: Sequence[Inst], fp8: str = "substitute") -> str:
+    """The loop body as llvm-mca input: LLVM's own text of each instruction, an FP8 f8f6f4 MFMA
+    replaced by its stand-in (``substitute``), issued twice (``duplicate``) or left alone (``none``)."""
+    if fp8 not in FP8_CORRECTIONS:
+        raise ValueError(f"fp8 must be one of {FP8_CORRECTIONS}, got {fp8!r}")
     lines = []
     for i in body:
-        lines.append(i.text)
-        if correct_fp8 and is_mfma(i) and _mca_undercounts(i):
+        if fp8 == "none" or not (is_mfma(i) and _mca_undercounts(i)):
             lines.append(i.text)
+        elif fp8 == "duplicate":
+            lines += [i.text, i.text]
+        else:
+            d, a, b, c = i.operands[:4]
+            shape = next(k for k in _STAND_IN if k in i.opcode)
+            lines.append(f"{_STAND_IN[shape]} {_reg(d)}, v{a.index}, v{b.index}, {_reg(c)}")
     return "\n".join(lines) + "\n"
 
 
@@ -172,12 +191,13 @@ def _mca_total(tool: str, text: str, arch: str, iterations: int) -> int:
     raise RuntimeError("llvm-mca printed no 'Total Cycles'")
 
 
-def mca_cycles(body: Sequence[Inst], arch: str = "gfx950", correct_fp8: bool = True) -> float:
-    """llvm-mca's cycles per steady-state iteration of ``body`` (model cycles of 4 clocks)."""
+def mca_cycles(body: Sequence[Inst], arch: str = "gfx950", fp8: str = "substitute") -> float:
+    """llvm-mca's cycles per steady-state iteration of ``body`` (model cycles of 4 clocks), with the
+    FP8 correction ``fp8`` (:func:`mca_text`)."""
     tool = mca_tool()
     if tool is None:
         raise FileNotFoundError("llvm-mca >= 18 not found: apt-get install llvm-22")
-    text = mca_text(body, correct_fp8)
+    text = mca_text(body, fp8)
     lo, hi = (_mca_total(tool, text, arch, n) for n in MCA_ITERATIONS)
     return (hi - lo) / (MCA_ITERATIONS[1] - MCA_ITERATIONS[0])
 
@@ -194,13 +214,13 @@ def report(insts: Sequence[Inst], arch: str = "gfx950") -> dict[str, Any]:
     rep: dict[str, Any] = {"found": True, "start": f"0x{lp.start:x}", "end": f"0x{lp.end:x}"}
     rep |= static_report(lp.body)
     rep["fp8_mfma_corrected"] = sum(1 for i in lp.body if is_mfma(i) and _mca_undercounts(i))
+    keys = {"substitute": "mca_cycles", "duplicate": "mca_cycles_upper", "none": "mca_cycles_uncorrected"}
     try:
-        rep["mca_cycles"] = mca_cycles(lp.body, arch)
-        rep["mca_cycles_uncorrected"] = (
-            mca_cycles(lp.body, arch, correct_fp8=False) if rep["fp8_mfma_corrected"] else rep["mca_cycles"]
-        )
-        rep["ratio"] = round(rep["mca_cycles"] / rep["xdl_floor"], 3)
+        cycles = mca_cycles(lp.body, arch)
+        for fp8, key in keys.items():
+            rep[key] = mca_cycles(lp.body, arch, fp8) if rep["fp8_mfma_corrected"] and fp8 != "substitute" else cycles
+        rep["ratio"] = round(cycles / rep["xdl_floor"], 3)
         rep["mca_note"] = None
     except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
-        rep |= {"mca_cycles": None, "mca_cycles_uncorrected": None, "ratio": None, "mca_note": str(exc)}
+        rep |= dict.fromkeys(keys.values()) | {"ratio": None, "mca_note": str(exc)}
     return rep
