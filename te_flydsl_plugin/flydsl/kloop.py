@@ -38,7 +38,9 @@ from .emulator.decode import Inst, Operand, decode_text
 from .emulator.hazards import mfma_timing, wait_states
 
 CLOCKS_PER_PASS = 4  # AMD CDNA3 / CDNA4 ISA guides: an MFMA pass is 4 clocks; SISchedule.td's cycle unit
-MCA_ITERATIONS = (10, 20)  # steady state = the cycle difference between two runs over their iteration difference
+# Steady state = the cycle difference of two runs over their iteration difference (fill and drain cancel);
+# our loops reach it at once: (2, 4), (10, 20) and (50, 100) give the same figures.
+MCA_ITERATIONS = (4, 8)
 _MCA_TIMEOUT_S = 120
 
 
@@ -170,9 +172,11 @@ def mca_text(body: Sequence[Inst], fp8: str = "substitute") -> str:
     return "\n".join(lines) + "\n"
 
 
-def _mca_total(tool: str, text: str, arch: str, iterations: int) -> int:
+def _mca_totals(tool: str, texts: Sequence[str], arch: str, iterations: int) -> list[int]:
+    """llvm-mca's total cycles of each text over ``iterations``, all in one run (one code region each)."""
+    regions = "".join(f"# LLVM-MCA-BEGIN r{n}\n{t}# LLVM-MCA-END r{n}\n" for n, t in enumerate(texts))
     with tempfile.NamedTemporaryFile("w", suffix=".s", delete=False) as f:
-        f.write(text)
+        f.write(regions)
         path = f.name
     try:
         res = subprocess.run(
@@ -185,21 +189,21 @@ def _mca_total(tool: str, text: str, arch: str, iterations: int) -> int:
         os.unlink(path)
     if res.returncode:
         raise RuntimeError(f"llvm-mca failed: {res.stderr.strip().splitlines()[0] if res.stderr.strip() else '?'}")
-    for line in res.stdout.splitlines():
-        if line.startswith("Total Cycles:"):
-            return int(line.split(":")[1])
-    raise RuntimeError("llvm-mca printed no 'Total Cycles'")
+    totals = [int(line.split(":")[1]) for line in res.stdout.splitlines() if line.startswith("Total Cycles:")]
+    if len(totals) != len(texts):
+        raise RuntimeError(f"llvm-mca printed {len(totals)} 'Total Cycles' for {len(texts)} regions")
+    return totals
 
 
-def mca_cycles(body: Sequence[Inst], arch: str = "gfx950", fp8: str = "substitute") -> float:
-    """llvm-mca's cycles per steady-state iteration of ``body`` (model cycles of 4 clocks), with the
-    FP8 correction ``fp8`` (:func:`mca_text`)."""
+def mca_cycles(body: Sequence[Inst], arch: str = "gfx950", fp8: Sequence[str] = ("substitute",)) -> list[float]:
+    """llvm-mca's cycles per steady-state iteration of ``body`` (model cycles of 4 clocks), one figure
+    per FP8 correction in ``fp8`` (:func:`mca_text`)."""
     tool = mca_tool()
     if tool is None:
         raise FileNotFoundError("llvm-mca >= 18 not found: apt-get install llvm-22")
-    text = mca_text(body, fp8)
-    lo, hi = (_mca_total(tool, text, arch, n) for n in MCA_ITERATIONS)
-    return (hi - lo) / (MCA_ITERATIONS[1] - MCA_ITERATIONS[0])
+    texts = [mca_text(body, f) for f in fp8]
+    lo, hi = (_mca_totals(tool, texts, arch, n) for n in MCA_ITERATIONS)
+    return [(h - low) / (MCA_ITERATIONS[1] - MCA_ITERATIONS[0]) for low, h in zip(lo, hi, strict=True)]
 
 
 def report(insts: Sequence[Inst], arch: str = "gfx950") -> dict[str, Any]:
@@ -216,10 +220,10 @@ def report(insts: Sequence[Inst], arch: str = "gfx950") -> dict[str, Any]:
     rep["fp8_mfma_corrected"] = sum(1 for i in lp.body if is_mfma(i) and _mca_undercounts(i))
     keys = {"substitute": "mca_cycles", "duplicate": "mca_cycles_upper", "none": "mca_cycles_uncorrected"}
     try:
-        cycles = mca_cycles(lp.body, arch)
-        for fp8, key in keys.items():
-            rep[key] = mca_cycles(lp.body, arch, fp8) if rep["fp8_mfma_corrected"] and fp8 != "substitute" else cycles
-        rep["ratio"] = round(cycles / rep["xdl_floor"], 3)
+        variants = list(keys) if rep["fp8_mfma_corrected"] else ["none"]  # without FP8 MFMAs they agree
+        figures = dict(zip(variants, mca_cycles(lp.body, arch, variants), strict=True))
+        rep |= {key: figures.get(fp8, figures["none"]) for fp8, key in keys.items()}
+        rep["ratio"] = round(rep["mca_cycles"] / rep["xdl_floor"], 3)
         rep["mca_note"] = None
     except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
         rep |= dict.fromkeys(keys.values()) | {"ratio": None, "mca_note": str(exc)}
