@@ -1,4 +1,4 @@
-"""``te-flydsl-plugin``: capabilities | check | plugins | doctor | precompile | bench.
+"""``te-flydsl-plugin``: capabilities | check | plugins | doctor | precompile | estimate | bench.
 
 ``precompile`` prints each backed config's ISA report and its K-loop report (``flydsl/kloop.py``),
 with ``--lds`` the LDS bank conflicts of one emulated tile (``flydsl/lds_conflicts.py``).
@@ -423,6 +423,75 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- estimate
+
+
+def _shape_arg(text: str) -> Any:
+    """``MxNxK`` as a TN suite shape."""
+    from .flydsl import bench
+
+    parts = text.lower().split("x")
+    if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise CliError(f"--shape takes MxNxK with positive integers, got {text!r}")
+    m, n, k = map(int, parts)
+    return bench.Shape(text, Layout.TN, m, n, k)
+
+
+def cmd_estimate(args: argparse.Namespace) -> int:
+    """Predicted time of every backed config on each GEMM (flydsl/estimate.py: a first, uncalibrated model)."""
+    try:
+        from .flydsl import bench, compiled, estimate
+    except ImportError as exc:
+        raise CliError(f"the kernel family cannot be loaded: {exc}") from exc
+    from .flydsl import toolchain
+
+    kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+    unknown = sorted(set(kinds) - set(bench.KINDS))
+    if unknown or not kinds:
+        raise CliError(f"--kinds takes a comma list of {', '.join(bench.KINDS)}; got {args.kinds!r}")
+    if args.shape:
+        shapes = [_shape_arg(args.shape)]
+    else:
+        shapes = [s for s in bench.SUITES[args.suite](args.tokens) if args.only in s.name]
+        if not shapes:
+            raise CliError(f"no shape of the {args.suite} suite contains {args.only!r}")
+    if toolchain.find_ld_lld() is None:
+        raise CliError("no ld.lld >= 18 found: apt-get install lld-22 (or install ROCm)")
+    tty = sys.stderr.isatty() and not args.json
+    reports: dict[Any, dict[str, Any]] = {}
+
+    def report(cfg: Any) -> dict[str, Any]:
+        if cfg not in reports:
+            reports[cfg] = compiled.isa_report(cfg)
+            if not args.no_lds:
+                from .flydsl import lds_conflicts
+
+                reports[cfg]["kloop"]["lds"] = lds_conflicts.tile_report(cfg)
+        return reports[cfg]
+
+    def progress(i: int, total: int, name: str) -> None:
+        print(f"\r[{i}/{total}] {name[:60]:<60}", end="", file=sys.stderr, flush=True)
+
+    try:
+        rows = estimate.run(shapes, kinds, report, progress if tty or args.progress else None)
+    except toolchain.ToolchainError as exc:
+        raise CliError(str(exc)) from exc
+    if tty or args.progress:
+        print(file=sys.stderr)
+    head = ("shape", "layout", "m", "n", "k", "kind", "config", "selected", "ms", "TFLOP/s", "of peak", "limiter")
+    table = [head] + [
+        (r["shape"], r["layout"], r["m"], r["n"], r["k"], r["kind"], r["config"] or r.get("declined", ""),
+         "*" if r.get("selected") else "", f"{r['ms']:.4f}" if "ms" in r else "",
+         f"{r['tflops']:.0f}" if "tflops" in r else "", f"{r['share_of_peak']:.0%}" if "tflops" in r else "",
+         r.get("limiter", ""))
+        for r in rows
+    ]  # fmt: skip
+    lines = [f"{len(shapes)} shape(s) x {len(kinds)} kind(s), predicted (uncalibrated, docs/perf-model.md); "
+             "* = the config select() picks", *_columns(table)]  # fmt: skip
+    _emit(args, {"suite": None if args.shape else args.suite, "model": "static-v1", "rows": rows}, "\n".join(lines))
+    return 0
+
+
 # ---------------------------------------------------------------- main
 
 
@@ -467,6 +536,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--arch", default="gfx950")
     p.add_argument("--only", default="", help="only configs whose name contains this")
     p.add_argument("--lds", action="store_true", help="also count LDS bank conflicts on one emulated tile per config")
+
+    p = add("estimate", cmd_estimate, "predicted time of every backed config on an LLM shape suite or one shape")
+    p.add_argument("--suite", default="llm", choices=["llm", "square"])
+    p.add_argument("--kinds", default="bf16,fp8,mxfp8", help="comma list of bf16, fp16, fp8, mxfp8")
+    p.add_argument("--shape", default="", help="one TN GEMM MxNxK instead of a suite")
+    p.add_argument("--tokens", type=int, default=8192, help="tokens per micro-batch (M of fprop / dgrad)")
+    p.add_argument("--only", default="", help="only suite shapes whose name contains this")
+    p.add_argument("--progress", action="store_true", help="progress on stderr even when it is not a terminal")
+    p.add_argument("--no-lds", action="store_true", help="skip the bank-conflict count (one emulated tile a config)")
 
     p = add("bench", cmd_bench, "time every backed config on an LLM shape suite (gfx950 GPU only)")
     p.add_argument("--suite", default="llm", choices=["llm", "square"])

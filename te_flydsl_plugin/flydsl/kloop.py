@@ -36,6 +36,8 @@ from typing import Any
 
 from .emulator.decode import Inst, Operand, decode_text
 from .emulator.hazards import mfma_timing, wait_states
+from .emulator.lds_banks import lane_bytes
+from .emulator.machine import LANES
 
 CLOCKS_PER_PASS = 4  # AMD CDNA3 / CDNA4 ISA guides: an MFMA pass is 4 clocks; SISchedule.td's cycle unit
 # Steady state = the cycle difference of two runs over their iteration difference (fill and drain cancel);
@@ -116,6 +118,20 @@ def _class(opcode: str) -> str:
     return next((name for name, pred in _CLASSES if pred(opcode)), "other")
 
 
+_DMA_WIDTH = {"dword": 4, "dwordx3": 12, "dwordx4": 16, "ubyte": 1, "sbyte": 1, "ushort": 2, "sshort": 2}
+
+
+def _dma_bytes(inst: Inst) -> int:
+    """LDS bytes one lane of a direct global->LDS load writes (``buffer_load_* ... lds``,
+    ``global_load_lds_*``); 0 for anything else."""
+    op = inst.opcode
+    if op.startswith("buffer_load_") and "lds" in inst.modifiers:
+        return _DMA_WIDTH.get(op.removeprefix("buffer_load_"), 0)
+    if op.startswith("global_load_lds_"):
+        return _DMA_WIDTH.get(op.removeprefix("global_load_lds_"), 0)
+    return 0
+
+
 def static_report(body: Sequence[Inst]) -> dict[str, Any]:
     """The counts of one loop body: instructions, MFMAs, passes, floor, issue slots, by class."""
     mfmas = [i for i in body if is_mfma(i)]
@@ -133,6 +149,10 @@ def static_report(body: Sequence[Inst]) -> dict[str, Any]:
         "non_mfma_slots": slots,
         "slots_per_pass": round(slots / total_passes, 3) if total_passes else None,
         "nop_wait_states": sum(wait_states(i) for i in body if i.opcode == "s_nop"),
+        # LDS traffic of one wave per iteration: DS reads / writes, and direct global->LDS loads (DMA)
+        "lds_read_bytes": LANES * sum(lane_bytes(i) for i in body if i.opcode.startswith("ds_read")),
+        "lds_write_bytes": LANES * sum(lane_bytes(i) for i in body if i.opcode.startswith("ds_write"))
+        + LANES * sum(_dma_bytes(i) for i in body),
         "by_class": classes,
     }
 

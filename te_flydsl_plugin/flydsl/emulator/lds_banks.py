@@ -154,6 +154,12 @@ class BankStats:
         return out
 
 
+def lane_bytes(inst: Inst) -> int:
+    """LDS bytes one lane of a counted DS instruction reads or writes (0 for anything else)."""
+    acc = _accesses(inst)
+    return sum(width for _, width in acc[1]) if acc is not None else 0
+
+
 def _accesses(inst: Inst) -> tuple[int, list[tuple[int, int]]] | None:
     """(address VGPR, [(byte offset, width), ...]) of a DS instruction that reads or writes LDS memory."""
     op = inst.opcode
