@@ -1,4 +1,7 @@
-"""``te-flydsl-plugin``: capabilities | check | plugins | doctor | precompile | bench.
+"""``te-flydsl-plugin``: capabilities | check | plugins | doctor | precompile | estimate | bench.
+
+``precompile`` prints each backed config's ISA report and its K-loop report (``flydsl/kloop.py``),
+with ``--lds`` the LDS bank conflicts of one emulated tile (``flydsl/lds_conflicts.py``).
 
 Every command takes ``--json``. Errors are one line on stderr with exit status 2, never a traceback.
 ``check`` exits 0 when the GEMM is supported and 1 when it is not.
@@ -304,6 +307,9 @@ def cmd_precompile(args: argparse.Namespace) -> int:
 
     if toolchain.find_ld_lld() is None:
         raise CliError("no ld.lld >= 18 found: apt-get install lld-22 (or install ROCm)")
+    configs = tuple(c for c in compiled.BACKED if args.only in c.name)
+    if not configs:
+        raise CliError(f"no backed kernel config's name contains {args.only!r}")
     tty = sys.stderr.isatty() and not args.json
 
     def progress(i: int, total: int, report: dict[str, Any]) -> None:
@@ -311,27 +317,67 @@ def cmd_precompile(args: argparse.Namespace) -> int:
             print(f"\r[{i}/{total}] {report['config'][:70]:<70}", end="", file=sys.stderr, flush=True)
 
     try:
-        rows = compiled.precompile(args.arch, progress=progress)
+        rows = compiled.precompile(args.arch, progress=progress, configs=configs)
+        if args.lds:
+            from .flydsl import lds_conflicts
+
+            for i, (cfg, row) in enumerate(zip(configs, rows, strict=True)):
+                progress(i + 1, len(rows), {"config": f"LDS banks: {cfg.name}"})
+                row["kloop"]["lds"] = lds_conflicts.tile_report(cfg, args.arch)
     except toolchain.ToolchainError as exc:
         raise CliError(str(exc)) from exc
     if tty:
         print(file=sys.stderr)
+    ok = all(r["ok"] for r in rows)
+    lines = [f"{len(rows)} kernel config(s) compiled for {args.arch}", *_isa_table(rows), "", *_kloop_table(rows)]
+    _emit(args, {"arch": args.arch, "ok": ok, "kernels": rows}, "\n".join(lines))
+    return 0 if ok else 1
+
+
+def _columns(table: list[tuple[Any, ...]]) -> list[str]:
+    widths = [max(len(str(row[i])) for row in table) for i in range(len(table[0]))]
+    return ["  " + "  ".join(f"{row[i]!s:<{widths[i]}}" for i in range(len(widths))) for row in table]
+
+
+def _isa_table(rows: list[dict[str, Any]]) -> list[str]:
     head = ("config", "mfma", "count", "vgpr", "agpr", "acc", "lds", "scratch", "spills", "compile_s", "ok")
 
     def acc(r: dict[str, Any]) -> str:  # where the K loop accumulates: "256a" (AGPRs) or "128v" (arch VGPRs)
         return f"{r['agpr_accumulators']}a" if r["agpr_accumulators"] else f"{r['vgpr_accumulators']}v"
 
-    table = [head] + [
+    return _columns([head] + [
         (r["config"], r["mfma"], r["mfma_count"], r["vgpr"], r["agpr"], acc(r), r["lds_bytes"], r["scratch_bytes"],
          r["spills"], r["compile_s"], "ok" if r["ok"] else "FAIL")
         for r in rows
-    ]  # fmt: skip
-    widths = [max(len(str(row[i])) for row in table) for i in range(len(head))]
-    lines = [f"{len(rows)} kernel config(s) compiled for {args.arch}"]
-    lines += ["  " + "  ".join(f"{row[i]!s:<{widths[i]}}" for i in range(len(head))) for row in table]
-    ok = all(r["ok"] for r in rows)
-    _emit(args, {"arch": args.arch, "ok": ok, "kernels": rows}, "\n".join(lines))
-    return 0 if ok else 1
+    ])  # fmt: skip
+
+
+def _kloop_table(rows: list[dict[str, Any]]) -> list[str]:
+    """One steady-state K iteration per config (kloop.py); with --lds, bank-conflict cycles per wave."""
+    lds = any("lds" in r["kloop"] for r in rows)
+    head = ("config", "insts", "mfma", "passes", "mca", "floor", "ratio", "slots/pass", "waitcnt", "nop", "barrier")
+    head += ("conflicts/iter", "epilogue") if lds else ()
+    table: list[tuple[Any, ...]] = [head]
+    notes = sorted({r["kloop"]["mca_note"] for r in rows if r["kloop"].get("mca_note")})
+    for r in rows:
+        k = r["kloop"]
+        if not k["found"]:
+            table.append((r["config"], "no K loop", *[""] * (len(head) - 2)))
+            continue
+        c = k["by_class"]
+        row = (r["config"], k["instructions"], k["mfma"], k["mfma_passes"], k["mca_cycles"] or "-", k["xdl_floor"],
+               k["ratio"] or "-", k["slots_per_pass"], c["s_waitcnt"], c["s_nop"], c["s_barrier"])  # fmt: skip
+        if lds:
+            row += (k["lds"]["per_iteration"]["conflict_cycles"], k["lds"]["epilogue"]["conflict_cycles"])
+        table.append(row)
+    out = ["K loop, one steady-state iteration per wave (llvm-mca; cycles of 4 clocks; floor = MFMA passes):"]
+    out += _columns(table)
+    out += [f"llvm-mca: {n}" for n in notes]
+    if lds:
+        out.append(
+            "conflicts: LDS bank-conflict cycles per wave (64 banks x 4 B, one emulated tile; epilogue: after the loop)"
+        )
+    return out
 
 
 # ---------------------------------------------------------------- bench
@@ -377,6 +423,75 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- estimate
+
+
+def _shape_arg(text: str) -> Any:
+    """``MxNxK`` as a TN suite shape."""
+    from .flydsl import bench
+
+    parts = text.lower().split("x")
+    if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise CliError(f"--shape takes MxNxK with positive integers, got {text!r}")
+    m, n, k = map(int, parts)
+    return bench.Shape(text, Layout.TN, m, n, k)
+
+
+def cmd_estimate(args: argparse.Namespace) -> int:
+    """Predicted time of every backed config on each GEMM (flydsl/estimate.py: a first, uncalibrated model)."""
+    try:
+        from .flydsl import bench, compiled, estimate
+    except ImportError as exc:
+        raise CliError(f"the kernel family cannot be loaded: {exc}") from exc
+    from .flydsl import toolchain
+
+    kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+    unknown = sorted(set(kinds) - set(bench.KINDS))
+    if unknown or not kinds:
+        raise CliError(f"--kinds takes a comma list of {', '.join(bench.KINDS)}; got {args.kinds!r}")
+    if args.shape:
+        shapes = [_shape_arg(args.shape)]
+    else:
+        shapes = [s for s in bench.SUITES[args.suite](args.tokens) if args.only in s.name]
+        if not shapes:
+            raise CliError(f"no shape of the {args.suite} suite contains {args.only!r}")
+    if toolchain.find_ld_lld() is None:
+        raise CliError("no ld.lld >= 18 found: apt-get install lld-22 (or install ROCm)")
+    tty = sys.stderr.isatty() and not args.json
+    reports: dict[Any, dict[str, Any]] = {}
+
+    def report(cfg: Any) -> dict[str, Any]:
+        if cfg not in reports:
+            reports[cfg] = compiled.isa_report(cfg)
+            if not args.no_lds:
+                from .flydsl import lds_conflicts
+
+                reports[cfg]["kloop"]["lds"] = lds_conflicts.tile_report(cfg)
+        return reports[cfg]
+
+    def progress(i: int, total: int, name: str) -> None:
+        print(f"\r[{i}/{total}] {name[:60]:<60}", end="", file=sys.stderr, flush=True)
+
+    try:
+        rows = estimate.run(shapes, kinds, report, progress if tty or args.progress else None)
+    except toolchain.ToolchainError as exc:
+        raise CliError(str(exc)) from exc
+    if tty or args.progress:
+        print(file=sys.stderr)
+    head = ("shape", "layout", "m", "n", "k", "kind", "config", "selected", "ms", "TFLOP/s", "of peak", "limiter")
+    table = [head] + [
+        (r["shape"], r["layout"], r["m"], r["n"], r["k"], r["kind"], r["config"] or r.get("declined", ""),
+         "*" if r.get("selected") else "", f"{r['ms']:.4f}" if "ms" in r else "",
+         f"{r['tflops']:.0f}" if "tflops" in r else "", f"{r['share_of_peak']:.0%}" if "tflops" in r else "",
+         r.get("limiter", ""))
+        for r in rows
+    ]  # fmt: skip
+    lines = [f"{len(shapes)} shape(s) x {len(kinds)} kind(s), predicted (uncalibrated, docs/perf-model.md); "
+             "* = the config select() picks", *_columns(table)]  # fmt: skip
+    _emit(args, {"suite": None if args.shape else args.suite, "model": "static-v1", "rows": rows}, "\n".join(lines))
+    return 0
+
+
 # ---------------------------------------------------------------- main
 
 
@@ -417,8 +532,19 @@ def build_parser() -> argparse.ArgumentParser:
     add("plugins", cmd_plugins, "installed GEMM backends")
     add("doctor", cmd_doctor, "versions, device, selection, toolchain; each problem with its fix")
 
-    p = add("precompile", cmd_precompile, "compile every backed kernel config and print its ISA report")
+    p = add("precompile", cmd_precompile, "compile every backed kernel config; its ISA and K-loop report")
     p.add_argument("--arch", default="gfx950")
+    p.add_argument("--only", default="", help="only configs whose name contains this")
+    p.add_argument("--lds", action="store_true", help="also count LDS bank conflicts on one emulated tile per config")
+
+    p = add("estimate", cmd_estimate, "predicted time of every backed config on an LLM shape suite or one shape")
+    p.add_argument("--suite", default="llm", choices=["llm", "square"])
+    p.add_argument("--kinds", default="bf16,fp8,mxfp8", help="comma list of bf16, fp16, fp8, mxfp8")
+    p.add_argument("--shape", default="", help="one TN GEMM MxNxK instead of a suite")
+    p.add_argument("--tokens", type=int, default=8192, help="tokens per micro-batch (M of fprop / dgrad)")
+    p.add_argument("--only", default="", help="only suite shapes whose name contains this")
+    p.add_argument("--progress", action="store_true", help="progress on stderr even when it is not a terminal")
+    p.add_argument("--no-lds", action="store_true", help="skip the bank-conflict count (one emulated tile a config)")
 
     p = add("bench", cmd_bench, "time every backed config on an LLM shape suite (gfx950 GPU only)")
     p.add_argument("--suite", default="llm", choices=["llm", "square"])

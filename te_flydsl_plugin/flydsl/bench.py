@@ -154,6 +154,24 @@ def require_gfx950() -> None:
         )
 
 
+def plan_for(shape: Shape, kind: str, device: torch.device, arch: str) -> tuple[Any, Any]:
+    """(verdict, plan) of one suite GEMM as TE would call it, with operands on ``device`` (``meta``
+    builds the plan from shapes alone: ``estimate``); the plan is None when ``check`` declines."""
+    from ..host import operands as host_operands
+    from ..host import problem as host_problem
+    from . import check, plan
+
+    a_fmt, b_fmt = formats(kind, shape.layout)
+    a_shape, b_shape = host_problem.operand_shapes(shape.layout, shape.m, shape.n, shape.k)
+    a, b = _operand(a_fmt, a_shape, device), _operand(b_fmt, b_shape, device)
+    torch_out = host_operands.torch_dtype_of(_OUT[kind])
+    call = GemmCall(a, shape.layout is Layout.TN, b, shape.layout is Layout.NT, None, None, torch_out,
+                    None, None, False, None, False, None, 0, False, False)  # fmt: skip
+    problem = host_problem.build(call, host_operands.spec_of(a), host_operands.spec_of(b), arch, device.type)
+    verdict = check.check(problem, "flydsl")
+    return verdict, (plan.build(problem, call) if verdict.ok else None)
+
+
 def run(
     shapes: list[Shape],
     kinds: list[str],
@@ -162,30 +180,20 @@ def run(
 ) -> list[dict[str, Any]]:
     """One row per (shape, kind, config), plus torch.matmul's for 16-bit kinds; see the module docstring."""
     require_gfx950()
-    from ..host import operands as host_operands
-    from ..host import problem as host_problem
     from ..host.device import current_arch
-    from . import check, launch, plan
+    from . import launch
 
     device = torch.device("cuda")
     rows: list[dict[str, Any]] = []
     for shape in shapes:
         for kind in kinds:
-            a_fmt, b_fmt = formats(kind, shape.layout)
-            a_shape, b_shape = host_problem.operand_shapes(shape.layout, shape.m, shape.n, shape.k)
-            a, b = _operand(a_fmt, a_shape, device), _operand(b_fmt, b_shape, device)
-            torch_out = host_operands.torch_dtype_of(_OUT[kind])
-            call = GemmCall(a, shape.layout is Layout.TN, b, shape.layout is Layout.NT, None, None, torch_out,
-                            None, None, False, None, False, None, 0, False, False)  # fmt: skip
-            spec_a, spec_b = host_operands.spec_of(a), host_operands.spec_of(b)
-            problem = host_problem.build(call, spec_a, spec_b, current_arch(), "cuda")
-            verdict = check.check(problem, "flydsl")
+            a_fmt, _ = formats(kind, shape.layout)
             base = {"shape": shape.name, "layout": shape.layout.value, "m": shape.m, "n": shape.n, "k": shape.k}
             base["kind"] = kind
-            if not verdict.ok:
+            verdict, p = plan_for(shape, kind, device, current_arch())
+            if p is None:
                 rows.append({**base, "config": None, "declined": str(verdict)})
                 continue
-            p = plan.build(problem, call)
             for i, cfg in enumerate(candidates(p.config, shape.m, shape.n, shape.k)):
                 q = dataclasses.replace(p, config=cfg)
                 ran = launch.launch_counts["flydsl"]

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..spec import Format
-from . import toolchain
+from . import kloop, toolchain
 from .kernels.config import KernelConfig
 
 LDS_BUDGET = 160 * 1024
@@ -208,14 +208,7 @@ def accumulator_report(text: str) -> dict[str, int]:
     registers each iteration); ``loop_moves``: ``v_accvgpr_read/write/mov`` inside a loop (registers
     moved between the files in the K loop); ``loops``: how many loops.
     """
-    from .emulator.decode import decode_text
-
-    insts = [i for kernel in decode_text(text).values() for i in kernel]
-    bodies = [
-        [i for i in insts if b.branch_target <= i.address <= b.address]
-        for b in insts
-        if b.branch_target is not None and b.branch_target <= b.address
-    ]
+    bodies = [lp.body for lp in kloop.loops(kloop.instructions(text))]
     regs: dict[str, set[int]] = {"a": set(), "v": set()}
     not_in_place = moves = 0
     for body in bodies:
@@ -242,6 +235,7 @@ def isa_report(cfg: KernelConfig, arch: str = "gfx950") -> dict[str, Any]:
     K loop's MFMAs accumulate in place (D is C) into exactly the config's :func:`accumulators`
     registers, all AGPRs where ``cfg.agpr_accumulators`` (kernels/mfma.py pins them) and all arch
     VGPRs otherwise, and no loop moves a register between the files. ``ok`` is True when all hold.
+    ``kloop`` is the K-loop report (kloop.py: counts, XDL floor, llvm-mca cycles); it checks nothing.
     """
     ck = compile_config(cfg, arch)
     r = ck.resources
@@ -276,6 +270,7 @@ def isa_report(cfg: KernelConfig, arch: str = "gfx950") -> dict[str, Any]:
         "spills": r.vgpr_spill_count + r.sgpr_spill_count,
         "compile_s": round(ck.compile_seconds, 2),
         "from_disk": ck.from_disk,
+        "kloop": kloop.report(kloop.instructions(text), arch),
         "checks": checks,
         "ok": all(checks.values()),
     }

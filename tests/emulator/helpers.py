@@ -22,6 +22,7 @@ from te_flydsl_plugin.flydsl.emulator.bind import BindContext
 from te_flydsl_plugin.flydsl.emulator.codeobject import _sections
 from te_flydsl_plugin.flydsl.emulator.decode import Inst, parse_line
 from te_flydsl_plugin.flydsl.emulator.hazards import HazardTracker
+from te_flydsl_plugin.flydsl.emulator.lds_banks import BankStats
 from te_flydsl_plugin.flydsl.emulator.machine import HostMemory, Wave
 
 needs_toolchain = pytest.mark.skipif(
@@ -82,7 +83,7 @@ class Program:
     apart from 0x1000; a branch operand counts instructions relative to the one after the branch.
     """
 
-    def __init__(self, asm: str, lds_bytes: int = 0, hazards: str = "raise") -> None:
+    def __init__(self, asm: str, lds_bytes: int = 0, hazards: str = "raise", banks: BankStats | None = None) -> None:
         lines = [ln.strip() for ln in asm.strip().splitlines() if ln.strip()]
         self.insts = [parse_line(ln, 0x1000 + 8 * i, (0,)) for i, ln in enumerate(lines)]
         for i, inst in enumerate(self.insts):  # here a branch operand counts instructions after the branch
@@ -97,7 +98,7 @@ class Program:
             lds=self.lds,
             hazards=self.tracker,
         )
-        self.steps = emu_run._bind(self.insts, ctx)
+        self.steps = emu_run._bind(self.insts, ctx, banks)
 
     def run(self, setup: Callable[[Wave], None] | None = None, waves: int = 1) -> list[Wave]:
         """Run the program on ``waves`` waves of one workgroup, scheduled as ``launch`` does: each wave

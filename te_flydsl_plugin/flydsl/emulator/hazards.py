@@ -155,6 +155,15 @@ def _writes_exec(o: Operand) -> bool:
     return o.kind == "s" and o.index <= EXEC + 1 and o.index + o.count > EXEC
 
 
+def wait_states(inst: Inst) -> int:
+    """Wait states an instruction issues (``SIInstrInfo::getNumWaitStates``): ``s_nop N`` is N + 1, where
+    only SIMM16[3:0] is significant on gfx8+ (``GCNSubtarget::getSNopBits``: 4, so LLVM's insertNoops
+    emits at most ``s_nop 15`` and a larger immediate counts its low 4 bits); anything else is 1."""
+    if inst.opcode != "s_nop":
+        return 1
+    return ((int(inst.operands[0].value) if inst.operands else 0) & 0xF) + 1
+
+
 class _WSOp:
     """What the wait-state rules need to know of one instruction, worked out once at load time."""
 
@@ -173,9 +182,7 @@ class _WSOp:
         self.src_c: tuple[int, int] | None = None
         self.unknown_mfma = False
         if op == "s_nop":
-            # N + 1 (getNumWaitStates); only SIMM16[3:0] is significant on gfx8+ (GCNSubtarget::getSNopBits:
-            # 4), so LLVM's insertNoops emits at most s_nop 15 and a larger immediate counts its low 4 bits
-            self.ws = ((int(ops[0].value) if ops else 0) & 0xF) + 1
+            self.ws = wait_states(inst)
         elif op.startswith("v_mfma"):
             self._mfma(inst)
         elif op.startswith("v_"):

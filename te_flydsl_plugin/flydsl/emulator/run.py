@@ -11,6 +11,7 @@ releases when every live wave has reached it.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
 import gc
 import itertools
@@ -27,6 +28,7 @@ from .codeobject import CodeObject, Kernel, parse
 from .decode import Inst, decode_text
 from .errors import EmulatorError, HazardError
 from .hazards import Hazard, HazardTracker
+from .lds_banks import BankStats
 from .machine import LANES, HostMemory, Wave
 
 _VGPRS, _AGPRS = 512, 256
@@ -34,7 +36,8 @@ _VGPRS, _AGPRS = 512, 256
 
 @dataclass
 class LaunchReport:
-    """What a launch did: instructions executed (total and per opcode), hazards found, wall time."""
+    """What a launch did: instructions executed (total, per opcode and per instruction address, all
+    waves), hazards found, wall time, and the LDS bank statistic when it was asked for."""
 
     kernel: str
     instructions: int
@@ -43,6 +46,8 @@ class LaunchReport:
     wall_time_s: float
     workgroups: int
     waves_per_workgroup: int
+    address_counts: dict[int, int] = dataclasses.field(default_factory=dict)
+    lds_banks: BankStats | None = None
 
     def summary(self) -> str:
         """A few lines for logs: totals, the most frequent opcodes, every hazard."""
@@ -85,7 +90,7 @@ def _binder_for(opcode: str) -> Binder | None:
     return b
 
 
-def _bind(insts: list[Inst], ctx: BindContext) -> list[Step]:
+def _bind(insts: list[Inst], ctx: BindContext, banks: BankStats | None = None) -> list[Step]:
     steps: list[Step] = []
     for inst in insts:
         binder = _binder_for(inst.opcode)
@@ -97,6 +102,8 @@ def _bind(insts: list[Inst], ctx: BindContext) -> list[Step]:
             step = binder(inst, ctx)
         if inst.opcode in ("s_barrier", "s_endpgm"):
             step = _yielding(step)
+        if banks is not None:  # counts the DS instruction's bank cycles from its lane addresses
+            step = banks.wrap(inst, step)
         if ctx.hazards.enabled:  # count its wait states and check the s_nop rules before it runs
             step = ctx.hazards.wait_state_step(inst, step)
         steps.append(step)
@@ -182,20 +189,22 @@ def launch(
     dynamic_lds: int = 0,
     workgroups: Iterable[tuple[int, int, int]] | None = None,
     hazards: str = "raise",
+    lds_banks: bool = False,
 ) -> LaunchReport:
     """Run one kernel of ``code_object`` over ``grid`` workgroups of ``block`` threads, on the CPU.
 
     ``kernarg`` is the kernel-argument segment as the runtime would pass it (see
     :func:`pack_flydsl_kernarg`); addresses in it are host addresses. ``workgroups`` limits the run to
     some workgroup ids (for speed). ``hazards`` is "raise" (first hazard raises :class:`HazardError`),
-    "report" (collected in the report) or "off".
+    "report" (collected in the report) or "off". ``lds_banks`` counts every DS instruction's bank
+    cycles under gfx950's bank model (``lds_banks.py``) into ``LaunchReport.lds_banks``.
     """
     # The cyclic garbage collector would rescan the thousands of bound closures again and again
     # (a third of a GEMM launch); the emulator's temporaries are freed by reference counting.
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _launch(code_object, kernel, kernarg, grid, block, dynamic_lds, workgroups, hazards)
+        return _launch(code_object, kernel, kernarg, grid, block, dynamic_lds, workgroups, hazards, lds_banks)
     finally:
         if was_enabled:
             gc.enable()
@@ -210,6 +219,7 @@ def _launch(
     dynamic_lds: int,
     workgroups: Iterable[tuple[int, int, int]] | None,
     hazards: str,
+    lds_banks: bool,
 ) -> LaunchReport:
     t0 = time.perf_counter()
     co, text = _load(bytes(code_object))
@@ -236,7 +246,8 @@ def _launch(
         lds=lds,
         hazards=tracker,
     )
-    steps = _bind(insts, ctx)
+    banks = BankStats() if lds_banks else None
+    steps = _bind(insts, ctx, banks)
     counts = [0] * len(steps)
     wgs = list(workgroups) if workgroups is not None else list(itertools.product(*(range(g) for g in grid)))
     wgs = [(x, y, z) for x, y, z in ((*tuple(g), 0, 0)[:3] for g in wgs)]
@@ -304,4 +315,6 @@ def _launch(
         wall_time_s=time.perf_counter() - t0,
         workgroups=len(wgs),
         waves_per_workgroup=nwaves,
+        address_counts={inst.address: c for inst, c in zip(insts, counts, strict=True) if c},
+        lds_banks=banks,
     )
