@@ -117,6 +117,7 @@ def test_f32_arith_and_compare_with_nan() -> None:
         v_max_f32_e32 v3, 0, v0
         v_cmp_neq_f32_e64 s[4:5], v0, v0
         v_rcp_f32_e32 v5, v0
+        v_rcp_iflag_f32_e32 v9, v0
         v_pk_mul_f32 v[6:7], v[0:1], v[0:1]
         v_add_f32_e64 v8, -v0, |v0|
         """
@@ -126,6 +127,8 @@ def test_f32_arith_and_compare_with_nan() -> None:
     np.testing.assert_array_equal(vf32(w, 3), np.fmax(np.float32(0), vals))
     assert w.sget(4, 2) == sum(1 << i for i in range(64) if i % 4 == 2)  # only NaN != NaN
     np.testing.assert_array_equal(vf32(w, 6), vals * vals)
+    with np.errstate(divide="ignore"):
+        np.testing.assert_array_equal(vf32(w, 9), np.float32(1) / vals)
     with np.errstate(invalid="ignore"):
         np.testing.assert_array_equal(vf32(w, 8), np.abs(vals) - vals)
 

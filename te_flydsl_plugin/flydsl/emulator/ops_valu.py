@@ -247,6 +247,10 @@ _F2: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
 }
 _F1: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "v_rcp_f32": lambda a: np.float32(1.0) / a,
+    # CDNA4 ISA: 1/S0 like V_RCP_F32, raising the integer divide-by-zero flag instead of the float
+    # ones; LLVM emits it (AMDGPUISD::RCP_IFLAG) in its 32-bit integer division expansion, which is
+    # exact for a reciprocal within 1 ulp (AMD's aiter bf16gemm kernels run it to split the grid)
+    "v_rcp_iflag_f32": lambda a: np.float32(1.0) / a,
     "v_rsq_f32": lambda a: np.float32(1.0) / np.sqrt(a),
     "v_sqrt_f32": np.sqrt,
     "v_exp_f32": np.exp2,

@@ -64,7 +64,7 @@ def _load(code_object: bytes) -> tuple[CodeObject, dict[str, list[Inst]]]:
     from .. import toolchain
 
     co = parse(code_object)
-    return co, decode_text(toolchain.disassemble(code_object))
+    return co, decode_text(toolchain.disassemble(code_object), co.kernels.keys())
 
 
 def _unknown(inst: Inst, kernel: str, why: str = "unknown instruction") -> Step:
