@@ -376,7 +376,7 @@ def _atomic_add(mem: HostMemory, kind: str, addrs: np.ndarray, vals: np.ndarray)
     """One atomic add per (address, 32-bit value), applied in lane order (split-K reductions)."""
     from .numerics import bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16
 
-    for a, v in zip(addrs.tolist(), vals.tolist()):
+    for a, v in zip(addrs.tolist(), vals.tolist(), strict=True):
         view = mem.view(int(a), 4, write=True).view("<u4")
         old, new = np.uint32(view[0]), np.uint32(v)
         if kind == "add_f32":

@@ -1,0 +1,97 @@
+"""A third-party oracle: AMD's prebuilt, hardware-validated gfx950 GEMM kernels (the ``amd-aiter``
+wheel, see aiter_wheel.py) run in the emulator and must match torch.
+
+None of this machine code was written or compiled here, so agreement checks the emulator's rules
+against what AMD's kernels rely on in hardware: the BF16 MFMA and result layouts, the block-scaled
+FP4 MFMA (``v_mfma_scale_f32_16x16x128_f8f6f4``, E2M1 x E2M1: which K elements a lane's registers
+hold and which scale byte, chosen by ``op_sel``/``op_sel_hi``, applies to them), buffer loads to
+LDS, ``v_permlane16_swap``, split-K atomics. Scales vary along every axis (row, K block, column),
+so a scale applied to the wrong elements shows as an error of the result's own size.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from te_flydsl_plugin.flydsl.emulator import launch, pack_named_kernarg
+
+from .aiter_wheel import code_object, mx_dequant, pack_fp4, preshuffle_b, shuffle_scales
+from .helpers import needs_objdump
+
+pytestmark = [pytest.mark.emulator, needs_objdump]
+
+THREADS = 256  # every launcher: bdx = 256, "4 wv64"
+GUARD = 7.0  # what the output's padding rows hold before the launch
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _run(co: bytes, args: dict, grid: tuple[int, int, int]) -> None:
+    report = launch(co, None, pack_named_kernarg(co, None, args), grid=grid, block=(THREADS, 1, 1))
+    assert not report.hazards, report.summary()
+
+
+# -- bf16gemm: D[M, N] f32 = A[M, K] bf16 @ B[N, K]^T (asm_gemm_a16w16.cu) ------------------------
+
+BF16_TILE_N = 64  # every bf16gemm config (bf16gemm_outf32.csv: tileN 64)
+
+
+@pytest.mark.parametrize(
+    ("tile_m", "m", "n", "k", "split_k"),
+    [(32, 40, 128, 192, 1), (48, 50, 64, 128, 1), (64, 72, 64, 384, 3), (96, 100, 64, 256, 2)],
+)
+def test_bf16gemm(tile_m: int, m: int, n: int, k: int, split_k: int) -> None:
+    """``bf16gemm_outf32_tn_<tile_m>x64_pf3``: every tile config, a partial last M tile, split-K
+    (grid z; the kernel adds its partial sums with ``global_atomic_add_f32`` into a zeroed D)."""
+    co = code_object(f"bf16gemm/bf16gemm_outf32_tn_{tile_m}x64_pf3.co")
+    g = torch.Generator().manual_seed(tile_m)
+    a = torch.randn(m, k, generator=g).bfloat16()
+    b = torch.randn(n, k, generator=g).bfloat16()
+    m_pad = _cdiv(m, tile_m) * tile_m  # the kernel stores whole M tiles (its D buffer is M * stride long
+    out = torch.full((m_pad + tile_m, n), GUARD)  # from the tile's base): padded, plus guard rows
+    out[:m_pad] = 0.0  # the launcher zeroes D for split-K
+    f32, bf16 = 4, 2  # strides are in bytes here
+    args = {"D": out, "C": None, "A": a, "B": b, "alpha": 1.0, "beta": 0.0, "strideC0": n * f32}
+    args |= {"strideA0": k * bf16, "strideB0": k * bf16, "Mdim": m, "Ndim": n, "Kdim": k, "splitk": split_k}
+    _run(co, args, (_cdiv(n, BF16_TILE_N), _cdiv(m, tile_m), split_k))
+    ref = a.double() @ b.double().T
+    torch.testing.assert_close(out[:m].double(), ref, rtol=1e-5, atol=1e-5 * ref.abs().max().item())
+    assert (out[m_pad:] == GUARD).all(), "written beyond the padded output"
+
+
+# -- f4gemm: D[M, N] bf16 = MXFP4 A[M, K] @ MXFP4 B[N, K]^T, E8M0 scales per 1x32 (asm_gemm_a4w4.cu)
+
+
+@pytest.mark.parametrize(
+    ("tile", "m", "n", "k"),
+    [("BpreShuffle_32x128", 40, 256, 768), ("BpreShuffle_64x256", 70, 256, 512), ("BpreShuffle_96x128", 96, 384, 256)],
+)
+def test_f4gemm_mxfp4(tile: str, m: int, n: int, k: int) -> None:
+    """``f4gemm_bf16_per1x32Fp4_<tile>``: MXFP4 with random codes and E8M0 scales that vary by row,
+    K block and column (2^-7 .. 2^4), B in aiter's pre-shuffled layout, both scale arrays in its
+    ``e8m0_shuffle`` layout, a partial last M tile."""
+    co = code_object(f"f4gemm/f4gemm_bf16_per1x32Fp4_{tile}.co")
+    tile_m, tile_n = (int(x) for x in tile.rsplit("_", 1)[1].split("x"))
+    g = torch.Generator().manual_seed(m * n)
+    a_codes = torch.randint(0, 16, (m, k), generator=g, dtype=torch.uint8)
+    b_codes = torch.randint(0, 16, (n, k), generator=g, dtype=torch.uint8)
+    a_scale = torch.randint(120, 131, (m, k // 32), generator=g, dtype=torch.uint8)
+    b_scale = torch.randint(120, 131, (n, k // 32), generator=g, dtype=torch.uint8)
+    m_pad = _cdiv(m, tile_m) * tile_m  # aiter pads A's rows and D's to whole tiles (gemm_op_a4w4.py)
+    a = torch.zeros(m_pad, k // 2, dtype=torch.uint8)
+    a[:m] = pack_fp4(a_codes)
+    b = preshuffle_b(pack_fp4(b_codes))
+    sa, sb = shuffle_scales(a_scale), shuffle_scales(b_scale)
+    out = torch.full((m_pad + tile_m, n), GUARD, dtype=torch.bfloat16)
+    args = {"D": out, "C": None, "A": a, "B": b, "alpha": 1.0, "beta": 0.0, "strideC0": n}
+    args |= {"strideA0": k, "strideB0": k, "Mdim": m, "Ndim": n, "Kdim": k}  # in FP4 elements
+    args |= {"ScaleA": sa, "ScaleB": sb, "strideScaleA0": sa.shape[1], "strideScaleB0": sb.shape[1]}
+    args |= {"log2_k_split": 0}
+    _run(co, args, (_cdiv(n, tile_n), _cdiv(m, tile_m), 1))
+    ref = mx_dequant(a_codes, a_scale) @ mx_dequant(b_codes, b_scale).T
+    # the kernel rounds its f32 sums to bf16 once: within 1 bf16 ulp (2^-8 relative) of the exact result
+    torch.testing.assert_close(out[:m].double(), ref, rtol=2**-8, atol=1e-6 * ref.abs().max().item())
+    assert (out[m_pad:] == GUARD).all(), "written beyond the padded output"
