@@ -11,10 +11,13 @@ so a scale applied to the wrong elements shows as an error of the result's own s
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+
 import pytest
 import torch
 
-from te_flydsl_plugin.flydsl.emulator import launch, pack_named_kernarg
+from te_flydsl_plugin.flydsl.emulator import Hazard, launch, pack_named_kernarg
 
 from .aiter_wheel import code_object, mx_dequant, pack_fp4, preshuffle_b, shuffle_scales
 from .helpers import needs_objdump
@@ -29,9 +32,18 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _run(co: bytes, args: dict, grid: tuple[int, int, int]) -> None:
-    report = launch(co, None, pack_named_kernarg(co, None, args), grid=grid, block=(THREADS, 1, 1))
-    assert not report.hazards, report.summary()
+def _run(
+    co: bytes,
+    args: dict,
+    grid: tuple[int, int, int],
+    schedule: str = "barrier",
+    known: Callable[[Hazard], bool] | None = None,
+) -> None:
+    """Launch; every hazard the emulator reports must be one ``known`` accepts (none by default)."""
+    kernarg = pack_named_kernarg(co, None, args)
+    report = launch(co, None, kernarg, grid=grid, block=(THREADS, 1, 1), hazards="report", schedule=schedule)
+    unknown = [h for h in report.hazards if known is None or not known(h)]
+    assert not unknown, report.summary()
 
 
 # -- bf16gemm: D[M, N] f32 = A[M, K] bf16 @ B[N, K]^T (asm_gemm_a16w16.cu) ------------------------
@@ -95,3 +107,50 @@ def test_f4gemm_mxfp4(tile: str, m: int, n: int, k: int) -> None:
     # the kernel rounds its f32 sums to bf16 once: within 1 bf16 ulp (2^-8 relative) of the exact result
     torch.testing.assert_close(out[:m].double(), ref, rtol=2**-8, atol=1e-6 * ref.abs().max().item())
     assert (out[m_pad:] == GUARD).all(), "written beyond the padded output"
+
+
+# -- f8_block_scale: D[M, N] bf16 = (FP8 X * x_scale) @ (FP8 W * w_scale)^T, f32 scales per 1x128 of X
+# and per 128x128 of W (asm_mi350_a8w8_blockscale.cu; data layouts from aiter's op_tests/test_gemm_a8w8_blockscale.py)
+
+F8_BLOCK = 128  # the scale block: one MFMA's K (v_mfma_f32_16x16x128_f8f6f4), 128 columns of W
+F8_TILE_N = 256  # per workgroup: gdx = ceil(N / (TileN * 2)), TileN = 128
+
+
+def _f8_known_hazard(h: Hazard) -> bool:
+    """What the emulator reports in every f8_block_scale kernel (docs/emulator.md, "The aiter oracle"):
+    the epilogue stages D in LDS that other waves' last A/B fragment reads use, with no barrier
+    between (safe on hardware by timing: those reads issue right after the preceding barrier), and
+    a ``v_fma_f32`` that reads an FP8 MFMA's result 10 or 11 wait states after it, where LLVM's gfx950
+    rule for an 8-pass XDL MFMA asks 12."""
+    if h.kind == "lds-race":
+        return h.detail.startswith("ds_write_b64")
+    return h.kind == "wait-states" and bool(
+        re.search(
+            r"^v_fma_f32 .* by v_mfma_f32_16x16x128_f8f6f4 .*\(8 passes\) after 1[01] wait states, needs 12$", h.detail
+        )
+    )
+
+
+@pytest.mark.parametrize(("tile_m", "m", "k"), [(32, 20, 640), (64, 50, 512), (96, 90, 512), (128, 120, 512)])
+def test_f8_block_scale(tile_m: int, m: int, k: int) -> None:
+    """``f8_block_scale_mi350_x<tile_m>``: E4M3 data, f32 scales that vary by row, K block and N block,
+    W in aiter's pre-shuffled layout, a partial M tile (the kernel clips its stores to M). Waves run
+    interleaved: run each to its barrier and the epilogue's LDS reuse overwrites fragments another
+    wave has yet to read (the race ``_f8_known_hazard`` names)."""
+    co = code_object(f"f8_block_scale_mi350_x{tile_m}.co")
+    n = F8_TILE_N
+    g = torch.Generator().manual_seed(m)
+    x = (2 * torch.randn(m, k, generator=g)).to(torch.float8_e4m3fn)
+    w = (2 * torch.randn(n, k, generator=g)).to(torch.float8_e4m3fn)
+    x_scale = 0.5 + torch.rand(m, k // F8_BLOCK, generator=g)
+    w_scale = 0.5 + torch.rand(n // F8_BLOCK, k // F8_BLOCK, generator=g)
+    out = torch.full((m + tile_m, n), GUARD, dtype=torch.bfloat16)
+    args = {"O": out, "X": x.view(torch.uint8), "G": preshuffle_b(w.view(torch.uint8))}
+    args |= {"XQ": x_scale.T.contiguous(), "GQ": w_scale}  # x_scale as [K/128, M]
+    args |= {"dim": k, "hdim": n, "batch": m, "eprt": 1, "Xs": k, "GUs": k, "Os": n * 2, "splitk": 0}
+    _run(co, args, (_cdiv(n, F8_TILE_N), _cdiv(m, tile_m), 1), schedule="interleaved", known=_f8_known_hazard)
+    xs = x.double() * x_scale.double().repeat_interleave(F8_BLOCK, 1)
+    ws = w.double() * w_scale.double().repeat_interleave(F8_BLOCK, 0).repeat_interleave(F8_BLOCK, 1)
+    ref = xs @ ws.T
+    torch.testing.assert_close(out[:m].double(), ref, rtol=2**-8, atol=1e-3 * ref.abs().max().item())
+    assert (out[m:] == GUARD).all(), "written beyond M"

@@ -308,6 +308,61 @@ for _tab, _n in ((_F1, 1), (_F2, 2), (_F3, 3)):
         op(_name, _name + "_e32", _name + "_e64")((lambda fn, n: lambda inst, ctx: _bind_f(inst, ctx, fn, n))(_fn, _n))
 
 
+# -- DPP (VOP1/VOP2 with a lane-permuted src0) ------------------------------------------------
+
+
+def _dpp_lanes(inst: Inst, ctx: BindContext) -> tuple[np.ndarray, np.ndarray]:
+    """(the lane each lane's src0 is read from, which lanes are written) of a DPP instruction.
+
+    Controls (AMD CDNA3 ISA, "Data Parallel Processing"; LLVM ``SIDefines.h`` ``DppCtrl``):
+    ``quad_perm:[a,b,c,d]`` reads lane ``4 * (l // 4) + perm[l % 4]``; ``row_newbcast:n`` (gfx90a+,
+    encoding 0x150 + n, the control GFX10+ calls ``row_share``) reads lane ``n`` of the lane's 16-lane
+    row. ``row_mask`` bit r enables row r (lanes 16r..16r+15), ``bank_mask`` bit b lanes
+    ``l % 16 // 4 == b`` of every row; disabled lanes keep their value. Others are not emulated.
+    """
+    lane = np.arange(LANES)
+    m = inst.modifiers
+    if "row_newbcast" in m:
+        src = (lane & ~15) + int(m["row_newbcast"], 0)
+    elif "quad_perm" in m:
+        perm = np.array(inst.mod_list("quad_perm", 4))
+        src = (lane & ~3) + perm[lane & 3]
+    else:
+        raise EmulatorError(f"{ctx.kernel}: DPP control of {inst.text!r} at 0x{inst.address:x} is not emulated")
+    row_mask, bank_mask = inst.mod_int("row_mask", 0xF), inst.mod_int("bank_mask", 0xF)
+    enabled = (((row_mask >> (lane // 16)) & 1) & ((bank_mask >> (lane % 16 // 4)) & 1)).astype(bool)
+    return src, enabled
+
+
+def _bind_f_dpp(inst: Inst, ctx: BindContext, fn: Callable[..., np.ndarray], nsrc: int) -> Step:
+    """An f32 VOP1/VOP2 op in DPP form: src0 (a VGPR) is read from the lane ``_dpp_lanes`` gives."""
+    d, s0 = inst.operands[0], inst.operands[1]
+    if s0.kind != "v":
+        raise EmulatorError(f"{ctx.kernel}: DPP src0 must be a VGPR: {inst.text!r}")
+    src, enabled = _dpp_lanes(inst, ctx)
+    dst = vwriter(d, ctx, inst)
+    raw0 = vreader(replace(s0, neg=False, abs=False), ctx, inst)
+    rest = [fsrc(o, ctx, inst) for o in inst.operands[2 : 1 + nsrc]]
+    neg, ab = s0.neg, s0.abs
+
+    def step(w: Wave) -> None:
+        if not w.exec_mask[src[enabled & w.exec_mask]].all():
+            raise EmulatorError(f"{ctx.kernel}: {inst.text!r} at 0x{inst.address:x} reads a lane EXEC disables")
+        x = np.asarray(raw0(w), U32)[src].view(np.float32)
+        x = np.abs(x) if ab else x
+        x = -x if neg else x
+        with np.errstate(all="ignore"):
+            r = np.asarray(fn(x, *(f(w) for f in rest)), np.float32).view(U32)
+        dst(w, np.where(enabled, r, (w.a if d.kind == "a" else w.v)[d.index]))
+
+    return step
+
+
+for _tab, _n in ((_F1, 1), (_F2, 2)):
+    for _name, _fn in _tab.items():
+        op(_name + "_dpp")((lambda fn, n: lambda inst, ctx: _bind_f_dpp(inst, ctx, fn, n))(_fn, _n))
+
+
 @op("v_fmac_f32", "v_fmac_f32_e32", "v_fmac_f32_e64", "v_mac_f32", "v_mac_f32_e32", "v_mac_f32_e64")
 def _fmac(inst: Inst, ctx: BindContext) -> Step:
     d = inst.operands[0]
