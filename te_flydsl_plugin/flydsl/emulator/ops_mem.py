@@ -372,26 +372,34 @@ _register_widths("buffer", _bind_buffer_load, _bind_buffer_store)
 _ATOMIC_KINDS = ("add_f32", "pk_add_bf16", "add", "pk_add_f16")
 
 
-def _atomic_add(mem: HostMemory, kind: str, addrs: np.ndarray, vals: np.ndarray) -> None:
-    """One atomic add per (address, 32-bit value), applied in lane order (split-K reductions)."""
+def _add_u32(kind: str, old: np.ndarray, new: np.ndarray) -> np.ndarray:
+    """The sum an atomic add of ``kind`` stores, per 32-bit word (uint32 arrays): f32, u32, or two
+    bf16 / f16 halves each added in f32 and rounded to nearest even."""
     from .numerics import bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16
 
+    if kind == "add_f32":
+        return (old.view(np.float32) + new.view(np.float32)).view(np.uint32)
+    if kind == "add":
+        return old + new
+    to32, back = (bf16_to_f32, f32_to_bf16) if kind == "pk_add_bf16" else (f16_to_f32, f32_to_f16)
+    halves = [
+        back(to32((old >> np.uint32(sh)) & np.uint32(0xFFFF)) + to32((new >> np.uint32(sh)) & np.uint32(0xFFFF)))
+        for sh in (0, 16)
+    ]
+    return halves[0] | (halves[1] << np.uint32(16))
+
+
+def _atomic_add(mem: HostMemory, kind: str, addrs: np.ndarray, vals: np.ndarray) -> None:
+    """One atomic add per (address, 32-bit value), in lane order (split-K reductions). Lanes on distinct
+    addresses are applied at once; lanes sharing an address one after another."""
+    vals = np.asarray(vals, np.uint32)
+    if np.unique(addrs).size == addrs.size:
+        old = mem.gather(addrs, 4).view("<u4")[:, 0]
+        mem.scatter(addrs, _add_u32(kind, old, vals).astype("<u4").view(np.uint8).reshape(-1, 4))
+        return
     for a, v in zip(addrs.tolist(), vals.tolist(), strict=True):
         view = mem.view(int(a), 4, write=True).view("<u4")
-        old, new = np.uint32(view[0]), np.uint32(v)
-        if kind == "add_f32":
-            res = (old.view(np.float32) + new.view(np.float32)).view(np.uint32)
-        elif kind == "add":
-            res = np.uint32((int(old) + int(new)) & 0xFFFFFFFF)
-        else:
-            to32, back = (bf16_to_f32, f32_to_bf16) if kind == "pk_add_bf16" else (f16_to_f32, f32_to_f16)
-            halves = []
-            for sh in (0, 16):
-                x = to32(np.uint32((int(old) >> sh) & 0xFFFF))
-                y = to32(np.uint32((int(new) >> sh) & 0xFFFF))
-                halves.append(int(back(np.float32(x + y))))
-            res = np.uint32(halves[0] | (halves[1] << 16))
-        view[0] = res
+        view[:] = _add_u32(kind, view.copy(), np.array([v], np.uint32))
 
 
 def _no_return(inst: Inst, ctx: BindContext) -> None:

@@ -48,6 +48,10 @@ _INT2: dict[str, Callable[[Any, Any], Any]] = {
     "v_add_u32": lambda a, b: a + b,
     "v_sub_u32": lambda a, b: a - b,
     "v_subrev_u32": lambda a, b: b - a,
+    # gfx9's VOP3-only signed forms (CDNA3 ISA V_ADD_I32 / V_SUB_I32): the same bits mod 2^32 without
+    # clamp (clamp, which would saturate, is refused below); AMD's aiter f4gemm 256x256 kernel uses them
+    "v_add_i32": lambda a, b: a + b,
+    "v_sub_i32": lambda a, b: a - b,
     "v_and_b32": lambda a, b: a & b,
     "v_or_b32": lambda a, b: a | b,
     "v_xor_b32": lambda a, b: a ^ b,
@@ -187,6 +191,8 @@ def _f2i(x: np.ndarray) -> np.ndarray:
 
 def _bind_int(inst: Inst, ctx: BindContext, fn: Callable[..., Any], nsrc: int) -> Step:
     ops = inst.operands
+    if "clamp" in inst.modifiers and inst.opcode.startswith(("v_add_i32", "v_sub_i32")):
+        raise EmulatorError(f"{ctx.kernel}: saturating {inst.text!r} at 0x{inst.address:x} is not emulated")
     dst = vwriter(ops[0], ctx, inst)
     srcs = [vreader(o, ctx, inst) for o in ops[1 : 1 + nsrc]]
     if nsrc == 1:
