@@ -11,6 +11,7 @@ so a scale applied to the wrong elements shows as an error of the result's own s
 
 from __future__ import annotations
 
+import importlib.metadata
 import re
 from collections.abc import Callable
 
@@ -45,6 +46,17 @@ def _run(
     report = launch(co, None, kernarg, grid=grid, block=(THREADS, 1, 1), hazards="report", schedule=schedule)
     unknown = [h for h in report.hazards if known is None or not known(h)]
     assert not unknown, report.summary()
+
+
+def test_a_missing_wheel_fails_not_skips(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without amd-aiter the oracle fails with the setup step to run (CI installs it)."""
+
+    def missing(name: str) -> None:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "distribution", missing)
+    with pytest.raises(pytest.fail.Exception, match=r"tools/setup.sh installs amd-aiter==\S+ --no-deps"):
+        code_object("f8_block_scale_mi350_x32.co")
 
 
 # -- bf16gemm: D[M, N] f32 = A[M, K] bf16 @ B[N, K]^T (asm_gemm_a16w16.cu) ------------------------
