@@ -4,9 +4,11 @@ wheel, see aiter_wheel.py) run in the emulator and must match torch.
 None of this machine code was written or compiled here, so agreement checks the emulator's rules
 against what AMD's kernels rely on in hardware: the BF16 MFMA and result layouts, the block-scaled
 FP4 MFMA (``v_mfma_scale_f32_16x16x128_f8f6f4``, E2M1 x E2M1: which K elements a lane's registers
-hold and which scale byte, chosen by ``op_sel``/``op_sel_hi``, applies to them), buffer loads to
-LDS, ``v_permlane16_swap``, split-K atomics. Scales vary along every axis (row, K block, column),
-so a scale applied to the wrong elements shows as an error of the result's own size.
+hold and which scale byte, chosen by ``op_sel``/``op_sel_hi``, applies to them), the FP8 (E4M3)
+``v_mfma_f32_16x16x128_f8f6f4``, DPP ``row_newbcast``, buffer loads to LDS, ``v_permlane16_swap``,
+split-K atomics. Scales vary along every axis (row, K block, column), so a scale applied to the
+wrong elements shows as an error of the result's own size. docs/emulator.md ("The aiter oracle")
+says which rules rest on it and what it found in AMD's kernels.
 """
 
 from __future__ import annotations
@@ -75,8 +77,8 @@ def test_bf16gemm(tile_m: int, m: int, n: int, k: int, split_k: int) -> None:
     g = torch.Generator().manual_seed(tile_m)
     a = torch.randn(m, k, generator=g).bfloat16()
     b = torch.randn(n, k, generator=g).bfloat16()
-    m_pad = _cdiv(m, tile_m) * tile_m  # the kernel stores whole M tiles (its D buffer is M * stride long
-    out = torch.full((m_pad + tile_m, n), GUARD)  # from the tile's base): padded, plus guard rows
+    m_pad = _cdiv(m, tile_m) * tile_m  # without split-K the kernel stores whole M tiles (rows past M
+    out = torch.full((m_pad + tile_m, n), GUARD)  # pass its buffer range check): padded, plus guard rows
     out[:m_pad] = 0.0  # the launcher zeroes D for split-K
     f32, bf16 = 4, 2  # strides are in bytes here
     args = {"D": out, "C": None, "A": a, "B": b, "alpha": 1.0, "beta": 0.0, "strideC0": n * f32}
