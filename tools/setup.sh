@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Sets up a fresh machine for te-flydsl-plugin: the LLVM 22 linker and tools gfx950 compiles and ISA
 # checks need (Debian's lld-22 / llvm-22; skipped where ROCm or LLVM >= 18 is present already),
-# PyTorch (kept if one is installed), and this project with its test extras, in editable mode.
+# PyTorch (kept if one is installed), this project with its test extras, in editable mode, and AMD's
+# amd-aiter wheel, whose prebuilt gfx950 code objects the emulator tests run as a third-party oracle
+# (tests/emulator/test_aiter_oracle.py; installed without its dependencies and never imported).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -26,3 +28,8 @@ fi
 
 echo "setup: installing te-flydsl-plugin[test]"
 python3 -m pip install -q -e ".[test]"
+
+# Pinned: the tests know these code objects' kernel-argument structs (aiter's launchers of this version).
+AITER_VERSION="0.1.7.post2.dev18"
+echo "setup: installing amd-aiter==$AITER_VERSION (--no-deps: only its gfx950 code objects are used)"
+python3 -m pip install -q --no-deps "amd-aiter==$AITER_VERSION"

@@ -117,6 +117,7 @@ def test_f32_arith_and_compare_with_nan() -> None:
         v_max_f32_e32 v3, 0, v0
         v_cmp_neq_f32_e64 s[4:5], v0, v0
         v_rcp_f32_e32 v5, v0
+        v_rcp_iflag_f32_e32 v9, v0
         v_pk_mul_f32 v[6:7], v[0:1], v[0:1]
         v_add_f32_e64 v8, -v0, |v0|
         """
@@ -126,6 +127,8 @@ def test_f32_arith_and_compare_with_nan() -> None:
     np.testing.assert_array_equal(vf32(w, 3), np.fmax(np.float32(0), vals))
     assert w.sget(4, 2) == sum(1 << i for i in range(64) if i % 4 == 2)  # only NaN != NaN
     np.testing.assert_array_equal(vf32(w, 6), vals * vals)
+    with np.errstate(divide="ignore"):
+        np.testing.assert_array_equal(vf32(w, 9), np.float32(1) / vals)
     with np.errstate(invalid="ignore"):
         np.testing.assert_array_equal(vf32(w, 8), np.abs(vals) - vals)
 
@@ -536,3 +539,53 @@ def test_mov_b64() -> None:
     )
     assert (w.v[2] == LANE).all() and (w.v[3] == LANE + 7).all()
     assert (w.v[4] == 0x55667788).all() and (w.v[5] == 0x11223344).all()
+
+
+def test_dpp_row_newbcast_quad_perm_and_masks() -> None:
+    """DPP src0 lane selection (CDNA3 ISA "Data Parallel Processing"; LLVM DppCtrl): row_newbcast:n
+    reads lane n of the lane's 16-lane row (AMD's aiter f8_block_scale kernels broadcast a scale so),
+    quad_perm permutes within 4 lanes, row_mask / bank_mask leave disabled lanes unwritten."""
+    x = (LANE * 3 + 1).astype(np.float32)
+    y = np.full(64, 2.0, np.float32)
+    lane = np.arange(64)
+    (w,) = Program(
+        """
+        v_mul_f32_dpp v2, v0, v1 row_newbcast:5 row_mask:0xf bank_mask:0xf
+        v_mul_f32_dpp v3, -v0, v1 quad_perm:[3,2,1,0] row_mask:0xf bank_mask:0xf
+        v_mul_f32_dpp v4, v0, v1 row_newbcast:0 row_mask:0x5 bank_mask:0x2
+        """
+    ).run(lambda w: (vset(w, 0, x), vset(w, 1, y), vset(w, 4, 7.0)))
+    np.testing.assert_array_equal(vf32(w, 2), x[lane // 16 * 16 + 5] * 2)
+    np.testing.assert_array_equal(vf32(w, 3), -x[lane // 4 * 4 + 3 - lane % 4] * 2)
+    on = (lane // 16 % 2 == 0) & (lane % 16 // 4 == 1)  # rows 0 and 2, bank 1
+    np.testing.assert_array_equal(vf32(w, 4), np.where(on, x[lane // 16 * 16] * 2, 7.0))
+
+
+def test_global_atomic_add_f32_applies_every_lane() -> None:
+    """global_atomic_add_f32 without return (aiter's split-K bf16gemm): lanes hitting one address all add."""
+    acc = torch.full((4,), 0.5, dtype=torch.float32)
+
+    def setup(w):  # type: ignore[no-untyped-def]
+        vset(w, 0, (4 * (LANE % 4)).astype(np.uint32))
+        vset(w, 1, np.full(64, 1.25, np.float32))
+        w.s[8], w.s[9] = acc.data_ptr() & 0xFFFFFFFF, acc.data_ptr() >> 32
+
+    Program("global_atomic_add_f32 v0, v1, s[8:9]").run(setup)
+    assert torch.equal(acc, torch.full((4,), 0.5 + 16 * 1.25))
+
+
+def test_branch_to_a_named_label_stays_in_the_kernel() -> None:
+    """Hand-written assembly keeps local labels in its symbol table: llvm-objdump prints them as symbols
+    and as branch operands; with the kernel names known they are branch targets, not new kernels."""
+    from te_flydsl_plugin.flydsl.emulator.decode import decode_text
+
+    text = (
+        "0000000000001000 <kern>:\n"
+        "\ts_branch label_0002   // 000000001000: BF820001\n"
+        "\ts_nop 0               // 000000001004: BF800000\n"
+        "0000000000001008 <label_0002>:\n"
+        "\ts_endpgm              // 000000001008: BF810000\n"
+    )
+    (insts,) = decode_text(text, {"kern"}).values()
+    assert [i.opcode for i in insts] == ["s_branch", "s_nop", "s_endpgm"]
+    assert insts[0].branch_target == 0x1008 and "error" not in insts[0].extra

@@ -4,7 +4,7 @@ See docs/emulator.md for what it models. The entry point is :func:`launch`.
 """
 
 from .errors import EmulatorError, HazardError
-from .kernarg import kernarg_layout, pack_flydsl_kernarg
+from .kernarg import kernarg_layout, pack_flydsl_kernarg, pack_named_kernarg
 from .run import Hazard, LaunchReport, launch
 
 __all__ = [
@@ -15,4 +15,5 @@ __all__ = [
     "kernarg_layout",
     "launch",
     "pack_flydsl_kernarg",
+    "pack_named_kernarg",
 ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import struct
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from .errors import EmulatorError
@@ -36,6 +37,7 @@ _MODIFIER_RE = re.compile(r"^([a-z_][a-z0-9_]*):(.+)$")
 _REG_RE = re.compile(r"^(v|s|a|ttmp)(?:(\d+)|\[(\d+):(\d+)\])$")
 _LINE_RE = re.compile(r"^\s+(\S+)(.*?)\s*//\s*([0-9A-Fa-f]+):((?:\s[0-9A-F]{8})+)")
 _LABEL_RE = re.compile(r"^([0-9a-f]+) <([^>]+)>:")
+_SYMBOL_RE = re.compile(r"[A-Za-z_.$][\w.$]*")
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,11 @@ class Inst:
         v = self.modifiers.get(name)
         vals = [int(x) for x in v.strip("[]").split(",")] if v else []
         return vals + [default] * (n - len(vals))
+
+
+def _is_branch(opcode: str) -> bool:
+    """SOPP branches: their target is the instruction word's signed 16-bit dword offset."""
+    return opcode.startswith("s_cbranch") or opcode == "s_branch"
 
 
 def _split_top(text: str, sep: str) -> list[str]:
@@ -145,6 +152,10 @@ def parse_line(asm: str, address: int, words: tuple[int, ...]) -> Inst:
         if re.fullmatch(r"\s*(0x[0-9a-fA-F]+|\d+)\s*", rest):
             modifiers["raw"] = rest.strip()
         return Inst(address, opcode, operands, modifiers, asm.strip(), words)
+    if _is_branch(opcode) and _SYMBOL_RE.fullmatch(rest.strip()):
+        # a branch to a named label (hand-written assembly keeps its labels): the target is
+        # decoded from the instruction word by ``decode_text``, the name carries nothing more
+        return Inst(address, opcode, operands, modifiers, asm.strip(), words)
     for piece in _split_top(rest, ","):
         toks = _split_top(piece.strip(), " ")
         for tok in (t for t in toks if t):
@@ -158,14 +169,20 @@ def parse_line(asm: str, address: int, words: tuple[int, ...]) -> Inst:
     return Inst(address, opcode, operands, modifiers, asm.strip(), words)
 
 
-def decode_text(text: str) -> dict[str, list[Inst]]:
-    """Instructions per kernel symbol from ``llvm-objdump -d`` output."""
+def decode_text(text: str, kernels: Collection[str] | None = None) -> dict[str, list[Inst]]:
+    """Instructions per kernel symbol from ``llvm-objdump -d`` output.
+
+    ``kernels`` names the kernel symbols when known: any other symbol line (a local label that
+    hand-written assembly such as AMD's aiter kernels keeps in its symbol table) is then a branch
+    target inside the current kernel, not the start of a new one. Without it every symbol starts one.
+    """
     out: dict[str, list[Inst]] = {}
     cur: list[Inst] | None = None
     for line in text.splitlines():
         lm = _LABEL_RE.match(line)
         if lm:
-            cur = out.setdefault(lm.group(2), [])
+            if kernels is None or lm.group(2) in kernels or cur is None:
+                cur = out.setdefault(lm.group(2), [])
             continue
         m = _LINE_RE.match(line)
         if not m or cur is None:
@@ -177,7 +194,7 @@ def decode_text(text: str) -> dict[str, list[Inst]]:
             inst = parse_line(asm, address, words)
         except EmulatorError as e:  # kept, and reported only if the instruction is ever executed
             inst = Inst(address, asm.split()[0], [], {}, asm.strip(), words, extra={"error": str(e)})
-        if inst.opcode.startswith("s_cbranch") or inst.opcode == "s_branch":
+        if _is_branch(inst.opcode):
             simm = struct.unpack("<h", struct.pack("<H", words[0] & 0xFFFF))[0]
             inst.branch_target = address + 4 + 4 * simm
         cur.append(inst)

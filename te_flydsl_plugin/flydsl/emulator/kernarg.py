@@ -17,7 +17,7 @@ confirmed on compiled code objects):
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .codeobject import KernelArg, parse
@@ -93,4 +93,37 @@ def pack_flydsl_kernarg(code_object: bytes, kernel: str | None, values: Sequence
         i += 1
     if i != len(explicit):
         raise EmulatorError(f"{len(explicit)} kernarg slots but values filled only {i}")
+    return bytes(buf)
+
+
+def pack_named_kernarg(code_object: bytes, kernel: str | None, values: Mapping[str, Any]) -> bytes:
+    """Pack a kernarg by the metadata's argument names (hand-written assembly, e.g. AMD's aiter kernels).
+
+    Such code objects name every field of their launcher's packed struct in ``.args`` (padding
+    included, as ``pad``), so the names and offsets come from the code object itself. A value is a
+    CPU tensor (its address), ``None`` (a null pointer), a float (f32) or an int (its slot's size);
+    arguments not given stay zero. A name that is not an argument, or not a unique one, is an error.
+    """
+    args = kernarg_layout(code_object, kernel)
+    by_name: dict[str, list[KernelArg]] = {}
+    for a in args:
+        by_name.setdefault(a.name or "", []).append(a)
+    buf = bytearray(max((a.offset + a.size for a in args), default=0))
+    for name, v in values.items():
+        slots = by_name.get(name, [])
+        if len(slots) != 1:
+            raise EmulatorError(f"kernel argument {name!r}: {len(slots)} arguments of that name in the metadata")
+        (a,) = slots
+        if v is None or (hasattr(v, "data_ptr") and hasattr(v, "device")):
+            if a.size != 8:
+                raise EmulatorError(f"a pointer given for kernel argument {name!r} of {a.size} bytes")
+            if v is not None and v.device.type != "cpu":
+                raise EmulatorError("the emulator reads host memory: pass CPU tensors")
+            struct.pack_into("<Q", buf, a.offset, 0 if v is None else v.data_ptr())
+        elif isinstance(v, float):
+            struct.pack_into("<f" if a.size == 4 else "<d", buf, a.offset, v)
+        elif isinstance(v, int):
+            struct.pack_into("<Q" if a.size == 8 else "<I", buf, a.offset, v & ((1 << (8 * a.size)) - 1))
+        else:
+            raise EmulatorError(f"cannot pack {type(v).__name__} into kernel argument {name!r}")
     return bytes(buf)

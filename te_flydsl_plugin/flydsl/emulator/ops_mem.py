@@ -369,13 +369,47 @@ def _bind_buffer_store(inst: Inst, ctx: BindContext) -> Step:
 _register_widths("buffer", _bind_buffer_load, _bind_buffer_store)
 
 
-@op("buffer_atomic_add_f32", "buffer_atomic_pk_add_bf16", "buffer_atomic_add", "buffer_atomic_pk_add_f16")
-def _buffer_atomic(inst: Inst, ctx: BindContext) -> Step:
-    """Atomic adds without return (split-K reductions): lanes are applied in lane order."""
+_ATOMIC_KINDS = ("add_f32", "pk_add_bf16", "add", "pk_add_f16")
+
+
+def _add_u32(kind: str, old: np.ndarray, new: np.ndarray) -> np.ndarray:
+    """The sum an atomic add of ``kind`` stores, per 32-bit word (uint32 arrays): f32, u32, or two
+    bf16 / f16 halves each added in f32 and rounded to nearest even."""
     from .numerics import bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16
 
+    if kind == "add_f32":
+        return (old.view(np.float32) + new.view(np.float32)).view(np.uint32)
+    if kind == "add":
+        return old + new
+    to32, back = (bf16_to_f32, f32_to_bf16) if kind == "pk_add_bf16" else (f16_to_f32, f32_to_f16)
+    halves = [
+        back(to32((old >> np.uint32(sh)) & np.uint32(0xFFFF)) + to32((new >> np.uint32(sh)) & np.uint32(0xFFFF)))
+        for sh in (0, 16)
+    ]
+    return halves[0] | (halves[1] << np.uint32(16))
+
+
+def _atomic_add(mem: HostMemory, kind: str, addrs: np.ndarray, vals: np.ndarray) -> None:
+    """One atomic add per (address, 32-bit value), in lane order (split-K reductions). Lanes on distinct
+    addresses are applied at once; lanes sharing an address one after another."""
+    vals = np.asarray(vals, np.uint32)
+    if np.unique(addrs).size == addrs.size:
+        old = mem.gather(addrs, 4).view("<u4")[:, 0]
+        mem.scatter(addrs, _add_u32(kind, old, vals).astype("<u4").view(np.uint8).reshape(-1, 4))
+        return
+    for a, v in zip(addrs.tolist(), vals.tolist(), strict=True):
+        view = mem.view(int(a), 4, write=True).view("<u4")
+        view[:] = _add_u32(kind, view.copy(), np.array([v], np.uint32))
+
+
+def _no_return(inst: Inst, ctx: BindContext) -> None:
     if "sc0" in inst.modifiers or "glc" in inst.modifiers:
         raise EmulatorError(f"{ctx.kernel}: returning atomic {inst.opcode} at 0x{inst.address:x} is not emulated")
+
+
+def _buffer_atomic(inst: Inst, ctx: BindContext) -> Step:
+    """Buffer atomic adds without return; out-of-range lanes are dropped like stores."""
+    _no_return(inst, ctx)
     data, vaddr, rsrc, soff = inst.operands[:4]
     baddr = _BufferAddr(ctx, inst, vaddr, rsrc, soff)
     rd = _vreg_read(ctx, inst, data, 1)
@@ -384,27 +418,33 @@ def _buffer_atomic(inst: Inst, ctx: BindContext) -> Step:
 
     def step(w: Wave) -> None:
         addr, okb = baddr(w, 4)
-        ok = okb.all(axis=1)
-        vals = rd(w)[0]
-        for lane in np.flatnonzero(w.exec_mask & ok):
-            view = mem.view(int(addr[lane]), 4, write=True).view("<u4")
-            old, new = np.uint32(view[0]), np.uint32(vals[lane])
-            if kind == "add_f32":
-                res = (old.view(np.float32) + new.view(np.float32)).view(np.uint32)
-            elif kind == "add":
-                res = np.uint32((int(old) + int(new)) & 0xFFFFFFFF)
-            else:
-                to32, back = (bf16_to_f32, f32_to_bf16) if kind == "pk_add_bf16" else (f16_to_f32, f32_to_f16)
-                halves = []
-                for sh in (0, 16):
-                    a = to32(np.uint32((int(old) >> sh) & 0xFFFF))
-                    b = to32(np.uint32((int(new) >> sh) & 0xFFFF))
-                    halves.append(int(back(np.float32(a + b))))
-                res = np.uint32(halves[0] | (halves[1] << 16))
-            view[0] = res
+        lanes = w.exec_mask & okb.all(axis=1)
+        _atomic_add(mem, kind, addr[lanes], rd(w)[0][lanes])
         hz.issue(w, "vm", inst)
 
     return step
+
+
+def _global_atomic(inst: Inst, ctx: BindContext) -> Step:
+    """Global atomic adds without return: ``vaddr, vdata, saddr|off`` like a global store."""
+    _no_return(inst, ctx)
+    vaddr, data, saddr = inst.operands[:3]
+    addr = _global_addr(ctx, inst, vaddr, saddr)
+    rd = _vreg_read(ctx, inst, data, 1)
+    mem, hz = ctx.memory, ctx.hazards
+    kind = inst.opcode.removeprefix("global_atomic_")
+
+    def step(w: Wave) -> None:
+        lanes = w.exec_mask
+        _atomic_add(mem, kind, addr(w)[lanes], rd(w)[0][lanes])
+        hz.issue(w, "vm", inst)
+
+    return step
+
+
+for _k in _ATOMIC_KINDS:
+    op(f"buffer_atomic_{_k}")(_buffer_atomic)
+    op(f"global_atomic_{_k}")(_global_atomic)
 
 
 # -- LDS ------------------------------------------------------------------------------------------

@@ -48,6 +48,10 @@ _INT2: dict[str, Callable[[Any, Any], Any]] = {
     "v_add_u32": lambda a, b: a + b,
     "v_sub_u32": lambda a, b: a - b,
     "v_subrev_u32": lambda a, b: b - a,
+    # gfx9's VOP3-only signed forms (CDNA3 ISA V_ADD_I32 / V_SUB_I32): the same bits mod 2^32 without
+    # clamp (clamp, which would saturate, is refused below); AMD's aiter f4gemm 256x256 kernel uses them
+    "v_add_i32": lambda a, b: a + b,
+    "v_sub_i32": lambda a, b: a - b,
     "v_and_b32": lambda a, b: a & b,
     "v_or_b32": lambda a, b: a | b,
     "v_xor_b32": lambda a, b: a ^ b,
@@ -187,6 +191,8 @@ def _f2i(x: np.ndarray) -> np.ndarray:
 
 def _bind_int(inst: Inst, ctx: BindContext, fn: Callable[..., Any], nsrc: int) -> Step:
     ops = inst.operands
+    if "clamp" in inst.modifiers and inst.opcode.startswith(("v_add_i32", "v_sub_i32")):
+        raise EmulatorError(f"{ctx.kernel}: saturating {inst.text!r} at 0x{inst.address:x} is not emulated")
     dst = vwriter(ops[0], ctx, inst)
     srcs = [vreader(o, ctx, inst) for o in ops[1 : 1 + nsrc]]
     if nsrc == 1:
@@ -247,6 +253,10 @@ _F2: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
 }
 _F1: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "v_rcp_f32": lambda a: np.float32(1.0) / a,
+    # CDNA4 ISA: 1/S0 like V_RCP_F32, raising the integer divide-by-zero flag instead of the float
+    # ones; LLVM emits it (AMDGPUISD::RCP_IFLAG) in its 32-bit integer division expansion, which is
+    # exact for a reciprocal within 1 ulp (AMD's aiter bf16gemm kernels run it to split the grid)
+    "v_rcp_iflag_f32": lambda a: np.float32(1.0) / a,
     "v_rsq_f32": lambda a: np.float32(1.0) / np.sqrt(a),
     "v_sqrt_f32": np.sqrt,
     "v_exp_f32": np.exp2,
@@ -302,6 +312,61 @@ def _bind_f(inst: Inst, ctx: BindContext, fn: Callable[..., np.ndarray], nsrc: i
 for _tab, _n in ((_F1, 1), (_F2, 2), (_F3, 3)):
     for _name, _fn in _tab.items():
         op(_name, _name + "_e32", _name + "_e64")((lambda fn, n: lambda inst, ctx: _bind_f(inst, ctx, fn, n))(_fn, _n))
+
+
+# -- DPP (VOP1/VOP2 with a lane-permuted src0) ------------------------------------------------
+
+
+def _dpp_lanes(inst: Inst, ctx: BindContext) -> tuple[np.ndarray, np.ndarray]:
+    """(the lane each lane's src0 is read from, which lanes are written) of a DPP instruction.
+
+    Controls (AMD CDNA3 ISA, "Data Parallel Processing"; LLVM ``SIDefines.h`` ``DppCtrl``):
+    ``quad_perm:[a,b,c,d]`` reads lane ``4 * (l // 4) + perm[l % 4]``; ``row_newbcast:n`` (gfx90a+,
+    encoding 0x150 + n, the control GFX10+ calls ``row_share``) reads lane ``n`` of the lane's 16-lane
+    row. ``row_mask`` bit r enables row r (lanes 16r..16r+15), ``bank_mask`` bit b lanes
+    ``l % 16 // 4 == b`` of every row; disabled lanes keep their value. Others are not emulated.
+    """
+    lane = np.arange(LANES)
+    m = inst.modifiers
+    if "row_newbcast" in m:
+        src = (lane & ~15) + int(m["row_newbcast"], 0)
+    elif "quad_perm" in m:
+        perm = np.array(inst.mod_list("quad_perm", 4))
+        src = (lane & ~3) + perm[lane & 3]
+    else:
+        raise EmulatorError(f"{ctx.kernel}: DPP control of {inst.text!r} at 0x{inst.address:x} is not emulated")
+    row_mask, bank_mask = inst.mod_int("row_mask", 0xF), inst.mod_int("bank_mask", 0xF)
+    enabled = (((row_mask >> (lane // 16)) & 1) & ((bank_mask >> (lane % 16 // 4)) & 1)).astype(bool)
+    return src, enabled
+
+
+def _bind_f_dpp(inst: Inst, ctx: BindContext, fn: Callable[..., np.ndarray], nsrc: int) -> Step:
+    """An f32 VOP1/VOP2 op in DPP form: src0 (a VGPR) is read from the lane ``_dpp_lanes`` gives."""
+    d, s0 = inst.operands[0], inst.operands[1]
+    if s0.kind != "v":
+        raise EmulatorError(f"{ctx.kernel}: DPP src0 must be a VGPR: {inst.text!r}")
+    src, enabled = _dpp_lanes(inst, ctx)
+    dst = vwriter(d, ctx, inst)
+    raw0 = vreader(replace(s0, neg=False, abs=False), ctx, inst)
+    rest = [fsrc(o, ctx, inst) for o in inst.operands[2 : 1 + nsrc]]
+    neg, ab = s0.neg, s0.abs
+
+    def step(w: Wave) -> None:
+        if not w.exec_mask[src[enabled & w.exec_mask]].all():
+            raise EmulatorError(f"{ctx.kernel}: {inst.text!r} at 0x{inst.address:x} reads a lane EXEC disables")
+        x = np.asarray(raw0(w), U32)[src].view(np.float32)
+        x = np.abs(x) if ab else x
+        x = -x if neg else x
+        with np.errstate(all="ignore"):
+            r = np.asarray(fn(x, *(f(w) for f in rest)), np.float32).view(U32)
+        dst(w, np.where(enabled, r, (w.a if d.kind == "a" else w.v)[d.index]))
+
+    return step
+
+
+for _tab, _n in ((_F1, 1), (_F2, 2)):
+    for _name, _fn in _tab.items():
+        op(_name + "_dpp")((lambda fn, n: lambda inst, ctx: _bind_f_dpp(inst, ctx, fn, n))(_fn, _n))
 
 
 @op("v_fmac_f32", "v_fmac_f32_e32", "v_fmac_f32_e64", "v_mac_f32", "v_mac_f32_e32", "v_mac_f32_e64")

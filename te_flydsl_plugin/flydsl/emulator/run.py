@@ -32,6 +32,8 @@ from .lds_banks import BankStats
 from .machine import LANES, HostMemory, Wave
 
 _VGPRS, _AGPRS = 512, 256
+# instructions a wave runs before the next wave's turn (a barrier or the end always ends a turn)
+_QUANTUM = {"barrier": 1 << 62, "interleaved": 1}
 
 
 @dataclass
@@ -69,7 +71,7 @@ def _load(code_object: bytes) -> tuple[CodeObject, dict[str, list[Inst]]]:
     from .. import toolchain
 
     co = parse(code_object)
-    return co, decode_text(toolchain.disassemble(code_object))
+    return co, decode_text(toolchain.disassemble(code_object), co.kernels.keys())
 
 
 def _unknown(inst: Inst, kernel: str, why: str = "unknown instruction") -> Step:
@@ -190,6 +192,7 @@ def launch(
     workgroups: Iterable[tuple[int, int, int]] | None = None,
     hazards: str = "raise",
     lds_banks: bool = False,
+    schedule: str = "barrier",
 ) -> LaunchReport:
     """Run one kernel of ``code_object`` over ``grid`` workgroups of ``block`` threads, on the CPU.
 
@@ -197,14 +200,23 @@ def launch(
     :func:`pack_flydsl_kernarg`); addresses in it are host addresses. ``workgroups`` limits the run to
     some workgroup ids (for speed). ``hazards`` is "raise" (first hazard raises :class:`HazardError`),
     "report" (collected in the report) or "off". ``lds_banks`` counts every DS instruction's bank
-    cycles under gfx950's bank model (``lds_banks.py``) into ``LaunchReport.lds_banks``.
+    cycles under gfx950's bank model (``lds_banks.py``) into ``LaunchReport.lds_banks``. ``schedule``
+    orders the waves of a workgroup:
+    "barrier" runs each wave until its next ``s_barrier`` (or end) in turn, "interleaved" runs them
+    one instruction each in turn, closer to waves that run at once on their own SIMDs: a kernel that
+    relies on timing between barriers (a race the hazard report names) computes there what it does
+    on hardware.
     """
+    if schedule not in _QUANTUM:
+        raise EmulatorError(f"schedule must be one of {sorted(_QUANTUM)}, not {schedule!r}")
     # The cyclic garbage collector would rescan the thousands of bound closures again and again
     # (a third of a GEMM launch); the emulator's temporaries are freed by reference counting.
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _launch(code_object, kernel, kernarg, grid, block, dynamic_lds, workgroups, hazards, lds_banks)
+        return _launch(
+            code_object, kernel, kernarg, grid, block, dynamic_lds, workgroups, hazards, lds_banks, _QUANTUM[schedule]
+        )
     finally:
         if was_enabled:
             gc.enable()
@@ -220,6 +232,7 @@ def _launch(
     workgroups: Iterable[tuple[int, int, int]] | None,
     hazards: str,
     lds_banks: bool,
+    quantum: int,
 ) -> LaunchReport:
     t0 = time.perf_counter()
     co, text = _load(bytes(code_object))
@@ -267,36 +280,42 @@ def _launch(
             if k.descriptor.private_segment_fixed_size:
                 w.scratch = np.zeros((LANES, k.descriptor.private_segment_fixed_size), np.uint8)
         while True:
-            for w in waves:
-                if w.done or w.at_barrier:
-                    continue
-                pending_s = w.hazards.pending_s
-                try:
-                    while True:
-                        pc = w.pc
-                        w.pc = pc + 1
-                        counts[pc] += 1
-                        if pending_s:
-                            tracker.check_scalar(w, sregs[pc], insts[pc])
-                        steps[pc](w)
-                except _Yield:
-                    pass
-                except HazardError:
-                    raise
-                except EmulatorError as e:
-                    raise EmulatorError(f"{e} [workgroup {wg}, wave {w.wave_id}]") from None
-                except IndexError as e:
-                    if w.pc > n_steps:
-                        raise EmulatorError(f"{k.name}: wave {w.wave_id} ran past the end of the kernel") from None
-                    inst = insts[w.pc - 1]
-                    raise EmulatorError(
-                        f"{k.name}: {inst.opcode} at 0x{inst.address:x} ({inst.text}) failed: {e!r}"
-                    ) from e
-                except Exception as e:
-                    inst = insts[w.pc - 1]
-                    raise EmulatorError(
-                        f"{k.name}: {inst.opcode} at 0x{inst.address:x} ({inst.text}) failed: {e!r}"
-                    ) from e
+            running = True
+            while running:  # one pass runs every wave to its barrier; "interleaved" needs many
+                running = False
+                for w in waves:
+                    if w.done or w.at_barrier:
+                        continue
+                    running = True
+                    pending_s = w.hazards.pending_s
+                    try:
+                        left = quantum
+                        while left:
+                            left -= 1
+                            pc = w.pc
+                            w.pc = pc + 1
+                            counts[pc] += 1
+                            if pending_s:
+                                tracker.check_scalar(w, sregs[pc], insts[pc])
+                            steps[pc](w)
+                    except _Yield:
+                        pass
+                    except HazardError:
+                        raise
+                    except EmulatorError as e:
+                        raise EmulatorError(f"{e} [workgroup {wg}, wave {w.wave_id}]") from None
+                    except IndexError as e:
+                        if w.pc > n_steps:
+                            raise EmulatorError(f"{k.name}: wave {w.wave_id} ran past the end of the kernel") from None
+                        inst = insts[w.pc - 1]
+                        raise EmulatorError(
+                            f"{k.name}: {inst.opcode} at 0x{inst.address:x} ({inst.text}) failed: {e!r}"
+                        ) from e
+                    except Exception as e:
+                        inst = insts[w.pc - 1]
+                        raise EmulatorError(
+                            f"{k.name}: {inst.opcode} at 0x{inst.address:x} ({inst.text}) failed: {e!r}"
+                        ) from e
             live = [w for w in waves if not w.done]
             if not live:
                 break
