@@ -119,15 +119,19 @@ def problem_from_args(args: argparse.Namespace) -> GemmProblem:
     call = GemmCall(
         A=None, transA=layout in (Layout.TN, Layout.TT), B=None, transB=layout in (Layout.NT, Layout.TT),
         D=None, quantizer=object() if args.output_quantizer else None, output_dtype=out_fmt, bias=None,
-        bias_type=None, gelu=args.gelu, gelu_in=object() if (args.gelu and args.grad) else None, grad=args.grad,
+        bias_type=None, gelu=args.gelu, gelu_in=None, grad=args.grad,
         workspace=None, workspace_size=0, accumulate=args.accumulate, use_split_accumulator=False,
         comm_overlap=object() if args.comm_overlap else None, alpha=args.alpha, beta=args.beta,
     )  # fmt: skip
     p = _problem.build(call, spec(args.a_format, a_shape), spec(args.b_format, b_shape), args.arch, "")
-    # The CLI has no tensors: D is "given" when accumulating, bias sized as the epilogue needs it.
-    changes: dict[str, Any] = {"out_given": p.out_given or args.accumulate or args.beta not in (None, 0.0)}
-    if changes["out_given"]:
-        changes["shape_error"] = "; ".join(e for e in p.shape_error.split("; ") if e and "needs D" not in e)
+    # The CLI has no tensors: D is "given" when accumulating, gelu_in when the epilogue reads it (dGELU),
+    # bias sized as the epilogue needs it. The builder's complaints about those absent tensors are dropped.
+    out_given = p.out_given or args.accumulate or args.beta not in (None, 0.0)
+    absent = [s for s, given in (("needs D", out_given), ("needs gelu_in", args.gelu and args.grad)) if given]
+    changes: dict[str, Any] = {
+        "out_given": out_given,
+        "shape_error": "; ".join(e for e in p.shape_error.split("; ") if e and not any(s in e for s in absent)),
+    }
     if args.bias:
         changes.update(bias=True, bias_dtype=Format.BF16 if out_fmt is Format.FP32 else out_fmt)
         changes["bias_numel"] = m if (args.grad and not args.gelu) else n

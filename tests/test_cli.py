@@ -108,3 +108,18 @@ def test_doctor_reports_versions_selection_and_problems(capsys, monkeypatch):
         assert all(p["fix"] for p in data["problems"])
     code, out, _ = run(capsys, "doctor")
     assert code == 0 and "selected backend: flydsl" in out
+
+
+@pytest.mark.parametrize("layout", ["NN", "TN", "NT"])
+@pytest.mark.parametrize("extra", [[], ["--bias"], ["--bias", "--json"]])
+def test_check_gelu_grad_answers_instead_of_crashing(capsys, layout, extra):
+    """dGELU needs gelu_in; the CLI has no tensors, so it must describe one rather than pass a stand-in."""
+    argv = ["check", "--layout", layout, "--m", "256", "--n", "192", "--k", "96", "--a-format", "bf16",
+            "--b-format", "bf16", "--out-dtype", "bf16", "--gelu", "--grad", "--executor", "reference",
+            *extra]  # fmt: skip
+    code, out, err = run(capsys, *argv)
+    assert code in (0, 1) and not err, err
+    if layout == "NN":  # dgelu (and dgelu_bgrad with --bias) is an NN epilogue: supported
+        assert code == 0, out
+    else:
+        assert code == 1 and "EPILOGUE" in out and f"not {layout}" in out, out
