@@ -24,6 +24,16 @@ class CliError(Exception):
     """A user-facing error: printed as one line, exit status 2."""
 
 
+def _arch(name: str) -> str:
+    """argparse ``type`` of every ``--arch``: the name normalised by host/archs.py, or a usage error."""
+    from .host import archs
+
+    try:
+        return archs.normalize(name)
+    except archs.ArchError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
     print(json.dumps(data, indent=2) if args.json else text)
 
@@ -84,10 +94,14 @@ def _table(caps: Capabilities) -> str:
 
 def cmd_capabilities(args: argparse.Namespace) -> int:
     from .flydsl import matrix
+    from .host import archs
 
     caps = matrix.capabilities()
-    if args.arch and args.arch not in caps.archs:
-        raise CliError(f"the flydsl backend targets {', '.join(caps.archs)}; --arch {args.arch} has no kernels")
+    if args.arch is not None:
+        try:
+            archs.require(args.arch, caps.archs)
+        except archs.ArchError as exc:
+            raise CliError(f"--arch: {exc}") from None
     if args.markdown:
         print(
             json.dumps({"markdown": markdown(caps)}) if args.json else markdown(caps),
@@ -304,8 +318,13 @@ def cmd_precompile(args: argparse.Namespace) -> int:
         from .flydsl import compiled
     except ImportError as exc:
         raise CliError(f"the kernel family cannot be loaded: {exc}") from exc
-    from .flydsl import toolchain
+    from .flydsl import matrix, toolchain
+    from .host import archs
 
+    try:
+        archs.require(args.arch, matrix.ARCHS)
+    except archs.ArchError as exc:
+        raise CliError(f"--arch: {exc}") from None
     if toolchain.find_ld_lld() is None:
         raise CliError("no ld.lld >= 18 found: apt-get install lld-22 (or install ROCm)")
     tty = sys.stderr.isatty() and not args.json
@@ -400,7 +419,7 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     p = add("capabilities", cmd_capabilities, "print the capability matrix")
-    p.add_argument("--arch", default=None, help="the target arch (default: every arch the backend targets)")
+    p.add_argument("--arch", default=None, type=_arch, help="only this arch (default: every arch with kernels)")
     p.add_argument("--markdown", action="store_true", help="the Markdown table of docs/capabilities.md")
 
     p = add("check", cmd_check, "would this GEMM run on FlyDSL, and if not, why")
@@ -415,14 +434,14 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(f"--{flag}", action="store_true")
     p.add_argument("--alpha", type=float, default=1.0)
     p.add_argument("--beta", type=float, default=None)
-    p.add_argument("--arch", default="gfx950")
+    p.add_argument("--arch", default="gfx950", type=_arch, help="evaluate as for this arch (default: gfx950)")
     p.add_argument("--executor", default="flydsl", choices=["flydsl", "reference"])
 
     add("plugins", cmd_plugins, "installed GEMM backends")
     add("doctor", cmd_doctor, "versions, device, selection, toolchain; each problem with its fix")
 
     p = add("precompile", cmd_precompile, "compile every backed kernel config and print its ISA report")
-    p.add_argument("--arch", default="gfx950")
+    p.add_argument("--arch", default="gfx950", type=_arch, help="compile for this arch (default: gfx950)")
 
     p = add("bench", cmd_bench, "time every backed config on an LLM shape suite (gfx950 GPU only)")
     p.add_argument("--suite", default="llm", choices=["llm", "square"])

@@ -123,3 +123,39 @@ def test_check_gelu_grad_answers_instead_of_crashing(capsys, layout, extra):
         assert code == 0, out
     else:
         assert code == 1 and "EPILOGUE" in out and f"not {layout}" in out, out
+
+
+def _one_line_error(code: int, out: str, err: str) -> None:
+    assert code == 2 and not out and err.startswith("error: ") and err.count("\n") == 1, (code, out, err)
+
+
+@pytest.mark.parametrize("command", [["capabilities"], CHECK, ["precompile"]])
+@pytest.mark.parametrize("arch", ["bogus", "", "  "])
+def test_unknown_arch_names_are_one_line_errors(capsys, command, arch):
+    code, out, err = run(capsys, *command, "--arch", arch)
+    _one_line_error(code, out, err)
+    assert "unknown arch" in err and "gfx950" in err
+
+
+@pytest.mark.parametrize("arch", ["GFX950", " gfx950 ", "gfx950:sramecc+:xnack-"])
+def test_arch_names_are_case_insensitive(capsys, arch):
+    code, out, _ = run(capsys, *CHECK, "--executor", "reference", "--arch", arch, "--json")
+    assert code == 0 and json.loads(out)["arch"] == "gfx950"
+    code, out, _ = run(capsys, *CHECK, "--arch", arch, "--json")
+    assert "ARCH" not in {r["code"] for r in json.loads(out)["reasons"]}
+
+
+def test_a_known_arch_without_kernels_is_not_supported_and_nothing_compiles(capsys, monkeypatch):
+    from te_flydsl_plugin.flydsl import compiled
+
+    def no_compile(*_a, **_k):
+        raise AssertionError("precompile compiled for an arch without kernels")
+
+    monkeypatch.setattr(compiled, "isa_report", no_compile)
+    code, out, err = run(capsys, "precompile", "--arch", "gfx942")
+    _one_line_error(code, out, err)
+    assert "gfx942 is not supported" in err
+    with pytest.raises(ValueError, match="gfx942 is not supported"):
+        compiled.precompile("GFX942")
+    code, out, _ = run(capsys, *CHECK, "--arch", "gfx942", "--json")
+    assert code == 1 and "ARCH" in {r["code"] for r in json.loads(out)["reasons"]}

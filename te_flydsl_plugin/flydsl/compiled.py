@@ -25,8 +25,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ..host import archs
 from ..spec import Format
-from . import toolchain
+from . import matrix, toolchain
 from .kernels.config import KernelConfig
 
 LDS_BUDGET = 160 * 1024
@@ -340,8 +341,11 @@ def precompile(
 ) -> list[dict[str, Any]]:
     """Compile (or load) ``configs`` (default: :data:`BACKED`) and return one ISA report per config.
 
-    ``progress(done, total, report)`` is called after each config, for the CLI's terminal display.
+    ``progress(done, total, report)`` is called after each config, for the CLI's progress display.
+    An arch without kernels raises :class:`~te_flydsl_plugin.host.archs.ArchError` before anything
+    compiles (LLVM aborts the process on some of them: gfx942 cannot expand gfx950's MFMAs).
     """
+    arch = archs.require(arch, matrix.ARCHS)
     todo = BACKED if configs is None else configs
     reports = []
     for i, cfg in enumerate(todo):
