@@ -258,7 +258,7 @@ def test_autoload_typo_warns_once_and_leaves_te_alone(fake_te: Path) -> None:
     r = _run(AUTOLOAD_THEN_TE + "    autoload.autoload()\n", fake_te, {"NVTE_GEMM_BACKEND": "flydls"})
     assert r.returncode == 0, r.stderr
     assert "installed False False" in r.stdout
-    assert r.stderr.count("names no installed plugin backend") == 1, r.stderr
+    assert r.stderr.count("names no installed GEMM backend (installed: flydsl") == 1, r.stderr
 
 
 def test_autoload_failure_warns_and_te_still_imports(fake_te: Path) -> None:
@@ -294,3 +294,20 @@ def test_entry_point_with_the_variable_unset_imports_nothing_heavy() -> None:
     assert r.returncode == 0, r.stderr
     assert "HEAVY [] " in r.stdout, r.stdout
     assert float(r.stdout.split("MS")[1]) < 50, r.stdout
+
+
+def test_autoload_arms_for_backend_names_not_entry_point_names(monkeypatch, recwarn) -> None:
+    """The registry selects by backend name; an entry point may provide backends of other names, so
+    auto-registration must not judge NVTE_GEMM_BACKEND by entry-point names (it leaves that to install)."""
+    import importlib.metadata
+
+    class EntryPoint:
+        name = "acme-plugin"  # provides a backend called "acme": only the registry knows that
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda **_: [EntryPoint()])
+    before = list(sys.meta_path)
+    try:
+        assert autoload.arm({"NVTE_GEMM_BACKEND": "acme"}) is True
+        assert not recwarn.list
+    finally:
+        sys.meta_path[:] = before
