@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .spec import Capabilities, Format, GemmCall, GemmProblem, Layout, OperandSpec
+from .spec import Capabilities, Format, GemmCall, GemmProblem, Layout, OperandSpec, SettingsError
 
 FORMAT_CHOICES = [f.value for f in Format if f not in (Format.OTHER, Format.FP8_BLOCK)]
 OUT_CHOICES = ["fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2"]
@@ -232,16 +232,18 @@ def doctor_report() -> dict[str, Any]:
     }
     settings = dispatch.Settings.from_env()
     reg = registry.load()
-    backend_status = "native (TE's own GEMM; NVTE_GEMM_BACKEND unset)"
+    backend_status = "native (TE's own GEMM; NVTE_GEMM_BACKEND unset, default or native)"
     executor = availability = None
     if settings.backend:
-        if settings.backend not in reg.backends:
-            problems.append({
-                "problem": f"NVTE_GEMM_BACKEND={settings.backend!r} names no installed backend",
-                "fix": f"use one of: {', '.join(sorted(reg.backends)) or 'none installed'}, or unset it",
-            })  # fmt: skip
+        try:
+            b = reg.get(settings.backend)
+            settings = dispatch.validate(settings, b)
+        except SettingsError as exc:
+            backend_status = "none: install() refuses these settings, TE runs its own GEMMs"
+            installed = ", ".join(sorted(reg.backends)) or "none"
+            fix = f"correct or unset it (backends installed: {installed}; README lists the values)"
+            problems.append({"problem": str(exc), "fix": fix})
         else:
-            b = reg.backends[settings.backend]
             v = b.availability()
             executor = getattr(b, "executor", None)
             availability = v.to_dict()

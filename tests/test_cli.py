@@ -159,3 +159,27 @@ def test_a_known_arch_without_kernels_is_not_supported_and_nothing_compiles(caps
         compiled.precompile("GFX942")
     code, out, _ = run(capsys, *CHECK, "--arch", "gfx942", "--json")
     assert code == 1 and "ARCH" in {r["code"] for r in json.loads(out)["reasons"]}
+
+
+@pytest.mark.parametrize(
+    ("env", "problem"),
+    [
+        ({"NVTE_GEMM_BACKEND": "bogus"}, "NVTE_GEMM_BACKEND='bogus' names no installed GEMM backend"),
+        ({"NVTE_GEMM_BACKEND": "flydsl", "NVTE_FLYDSL_EXECUTOR": "bogus"}, "NVTE_FLYDSL_EXECUTOR='bogus'"),
+        ({"NVTE_GEMM_BACKEND": "flydsl", "NVTE_FLYDSL_TARGET_ARCH": "bogus"}, "unknown NVTE_FLYDSL_TARGET_ARCH"),
+    ],
+)
+def test_doctor_reports_a_bad_setting(env, problem):
+    """In a fresh process (the backend reads NVTE_FLYDSL_EXECUTOR when it is first loaded)."""
+    import os
+    import subprocess
+    import sys
+
+    full = {**os.environ, "NVTE_FLYDSL_EXECUTOR": "", "NVTE_FLYDSL_TARGET_ARCH": "", **env}
+    full["PYTHONPATH"] = os.pathsep.join(sys.path)
+    r = subprocess.run([sys.executable, "-m", "te_flydsl_plugin.cli", "doctor", "--json"], env=full,
+                       capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert "unset" not in data["selected_backend"] and data["selected_backend"].startswith("none"), data
+    assert any(problem in p["problem"] and p["fix"] for p in data["problems"]), data["problems"]

@@ -126,3 +126,21 @@ def test_unknown_backend_fails_loudly():
     with pytest.raises(registry.BackendSelectionError, match="flydsl"):
         dispatch.configure(backend="nosuchbackend", env={})
     dispatch.configure(backend="default", env={})
+
+
+def test_settings_are_validated_when_the_dispatcher_is_created():
+    from te_flydsl_plugin.spec import SettingsError
+
+    try:
+        d = dispatch.configure(backend="flydsl", executor="reference", env={"NVTE_FLYDSL_TARGET_ARCH": " GFX950 "})
+        assert d.settings.target_arch == "gfx950"
+        with pytest.raises(SettingsError, match="unknown NVTE_FLYDSL_TARGET_ARCH 'gfx9999'"):
+            dispatch.configure(backend="flydsl", env={"NVTE_FLYDSL_TARGET_ARCH": "gfx9999"})
+        with pytest.raises(SettingsError, match="executor 'bogus' is not one of auto, flydsl, reference, emulator"):
+            dispatch.configure(backend="flydsl", executor="bogus", env={})
+        assert issubclass(registry.BackendSelectionError, SettingsError)
+    finally:
+        dispatch.configure(backend="default", env={})
+        from te_flydsl_plugin.flydsl.plugin import backend
+
+        backend().select_executor("auto")

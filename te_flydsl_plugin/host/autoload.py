@@ -52,7 +52,9 @@ def warn_once(message: str) -> None:
         if _warned:
             return
         _warned = True
-    warnings.warn(f"[te-flydsl-plugin] {message}", AutoloadWarning, stacklevel=3)
+    # Attributed to the plugin, not to a source line: the line of TE or torch that happened to be
+    # importing says nothing to the user, and the message alone is the whole story (one line).
+    warnings.warn_explicit(message, AutoloadWarning, filename="te-flydsl-plugin", lineno=0)
 
 
 def autoload() -> None:
@@ -76,12 +78,14 @@ def arm(env: Mapping[str, str]) -> bool:
 
 
 def _install(_module: ModuleType) -> None:
-    """Install the seam and create the dispatcher now, so a bad configuration warns at import time."""
-    from . import dispatch, te
+    """Install the seam (which creates the dispatcher), so a bad configuration warns at import time."""
+    from ..spec import SettingsError
+    from . import te
 
     try:
         te.install()
-        dispatch.current()
+    except SettingsError as exc:  # install patched nothing; the message names the setting
+        warn_once(f"{exc}; TE runs its own GEMMs")
     except Exception as exc:
         with contextlib.suppress(Exception):  # the warning below is all that is left to do
             te.uninstall()

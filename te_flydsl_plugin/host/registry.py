@@ -15,10 +15,10 @@ from typing import Any
 
 import pluggy
 
-from ..spec import ENTRY_POINT_GROUP, PROJECT, GemmBackend, Hookspecs
+from ..spec import ENTRY_POINT_GROUP, PROJECT, GemmBackend, Hookspecs, SettingsError
 
 
-class BackendSelectionError(RuntimeError):
+class BackendSelectionError(SettingsError):
     """``NVTE_GEMM_BACKEND`` names no installed backend (the message lists those installed)."""
 
 

@@ -267,13 +267,17 @@ def install() -> bool:
 
     Idempotent (a second call is a no-op returning False), thread-safe, and reversible with
     :func:`uninstall`. Imports ``transformer_engine.pytorch`` if TE is not loaded yet. Raises
-    ImportError when TE is not installed.
+    ImportError when TE is not installed. Creates the process's dispatcher unless one exists, so the
+    settings are read and checked here: a setting naming something nonexistent raises
+    :class:`~te_flydsl_plugin.spec.SettingsError` and nothing is patched.
     """
     global _state, _types_registered
+    from . import dispatch
     from .wrapper import wrap_generic_gemm
 
     with _lock:
         tex = _load_tex()
+        dispatch.current()
         current = tex.generic_gemm
         if _state is not None and current is _state.wrapper:
             return False

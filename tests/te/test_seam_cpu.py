@@ -311,3 +311,47 @@ def test_autoload_arms_for_backend_names_not_entry_point_names(monkeypatch, recw
         assert not recwarn.list
     finally:
         sys.meta_path[:] = before
+
+
+AUTOLOAD_THEN_INSTALL = """
+    from te_flydsl_plugin.host import autoload
+    autoload.autoload()
+    import transformer_engine.pytorch
+    import transformer_engine_torch as tex
+    import te_flydsl_plugin
+    print("patched", hasattr(tex.generic_gemm, "__te_flydsl_native__"))
+    try:
+        print("install returned", te_flydsl_plugin.install())
+    except Exception as exc:
+        print("install raised", type(exc).__name__, exc)
+    print("patched", hasattr(tex.generic_gemm, "__te_flydsl_native__"))
+"""
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        (
+            {"NVTE_GEMM_BACKEND": "bogus"},
+            "NVTE_GEMM_BACKEND='bogus' names no installed GEMM backend (installed: flydsl",
+        ),
+        (
+            {"NVTE_GEMM_BACKEND": "flydsl", "NVTE_FLYDSL_EXECUTOR": "bogus"},
+            "NVTE_FLYDSL_EXECUTOR='bogus' is not one of",
+        ),
+        (
+            {"NVTE_GEMM_BACKEND": "flydsl", "NVTE_FLYDSL_TARGET_ARCH": "bogus"},
+            "unknown NVTE_FLYDSL_TARGET_ARCH 'bogus'",
+        ),
+    ],
+)
+def test_a_bad_setting_warns_once_at_import_and_install_refuses(fake_te: Path, env, named) -> None:
+    """Loud, for a training script: one warning line when TE loads (no source line under it), TE keeps
+    its own GEMM; an explicit install() raises the same one-line SettingsError instead of patching."""
+    r = _run(AUTOLOAD_THEN_INSTALL, fake_te, {"NVTE_FLYDSL_EXECUTOR": "", "NVTE_FLYDSL_TARGET_ARCH": "", **env})
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and named in lines[0] and "AutoloadWarning" in lines[0], r.stderr
+    assert r.stdout.splitlines()[0] == "patched False", r.stdout
+    assert f"install raised SettingsError {named}" in r.stdout or "install raised BackendSelectionError" in r.stdout
+    assert named in r.stdout.splitlines()[1] and r.stdout.splitlines()[2] == "patched False", r.stdout
