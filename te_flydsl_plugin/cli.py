@@ -14,7 +14,18 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .spec import Capabilities, Format, GemmCall, GemmProblem, Layout, OperandSpec, SettingsError
+from .spec import (
+    Capabilities,
+    Format,
+    GemmCall,
+    GemmProblem,
+    Layout,
+    OperandSpec,
+    Reason,
+    ReasonCode,
+    SettingsError,
+    Verdict,
+)
 
 FORMAT_CHOICES = [f.value for f in Format if f not in (Format.OTHER, Format.FP8_BLOCK)]
 OUT_CHOICES = ["fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2"]
@@ -32,6 +43,12 @@ def _arch(name: str) -> str:
         return archs.normalize(name)
     except archs.ArchError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _exc_line(exc: BaseException) -> str:
+    """``Type: message``, or just ``Type`` when the message is empty (``NotImplementedError()``)."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
 def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
@@ -244,10 +261,13 @@ def doctor_report() -> dict[str, Any]:
             fix = f"correct or unset it (backends installed: {installed}; README lists the values)"
             problems.append({"problem": str(exc), "fix": fix})
         else:
-            v = b.availability()
-            executor = getattr(b, "executor", None)
-            availability = v.to_dict()
             backend_status = f"{b.name} {b.version}"
+            try:
+                v = b.availability()
+                executor = getattr(b, "executor", None)
+            except Exception as exc:  # doctor reports a broken backend; the dispatcher declines it alike
+                v = Verdict.no(Reason(ReasonCode.UNAVAILABLE, f"availability() raised {_exc_line(exc)}"))
+            availability = v.to_dict()
             for r in v.reasons:
                 problems.append({"problem": r.message, "fix": "see README: executors and NVTE_FLYDSL_EXECUTOR"})
     for p in reg.plugins:
@@ -465,7 +485,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("error: interrupted", file=sys.stderr)
         return 2
     except Exception as exc:  # the CLI's contract: one line, never a traceback
-        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"error: {_exc_line(exc)}", file=sys.stderr)
         return 2
 
 

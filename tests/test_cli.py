@@ -183,3 +183,32 @@ def test_doctor_reports_a_bad_setting(env, problem):
     data = json.loads(r.stdout)
     assert "unset" not in data["selected_backend"] and data["selected_backend"].startswith("none"), data
     assert any(problem in p["problem"] and p["fix"] for p in data["problems"]), data["problems"]
+
+
+def test_doctor_survives_a_backend_whose_availability_raises(capsys, monkeypatch):
+    from te_flydsl_plugin.host import registry
+    from te_flydsl_plugin.spec import Verdict
+
+    class Broken:
+        name, version = "broken", "0.0"
+
+        def capabilities(self):
+            raise NotImplementedError
+
+        def availability(self) -> Verdict:
+            raise NotImplementedError
+
+        def check(self, problem) -> Verdict:
+            return Verdict.yes()
+
+        def run(self, problem, call):
+            raise AssertionError
+
+    reg = registry.Registry(backends={"broken": Broken()}, providers={"broken": "entry point 'broken'"})
+    monkeypatch.setattr(registry, "load", lambda *_: reg)
+    monkeypatch.setenv("NVTE_GEMM_BACKEND", "broken")
+    code, out, err = run(capsys, "doctor", "--json")
+    assert code == 0 and not err, err
+    data = json.loads(out)
+    assert data["selected_backend"].startswith("broken 0.0")
+    assert any("availability() raised NotImplementedError" in p["problem"] for p in data["problems"])

@@ -85,13 +85,20 @@ def test_discovery_isolates_broken_plugins(plugin_modules):
     assert reg.plugins[0].distribution == "good-dist" and reg.plugins[0].version == "1.2.3"
 
 
-def test_two_backends_with_one_name_is_an_error_naming_both(plugin_modules):
-    reg = registry.load([FakeEntryPoint("good", "fake_good", "good-dist"),
-                         FakeEntryPoint("clash", "fake_clash", "clash-dist")])  # fmt: skip
-    clash = reg.plugins[1]
-    assert clash.status == "error"
-    assert "good-dist" in clash.error and "clash-dist" in clash.error and "alpha" in clash.error.lower()
-    assert reg.providers["alpha"].startswith("entry point 'good'")
+@pytest.mark.parametrize("order", [1, -1])
+def test_two_backends_with_one_name_is_an_error_naming_both(plugin_modules, order):
+    """Neither provider wins (whichever site-packages lists first must not take the dispatch)."""
+    eps = [FakeEntryPoint("good", "fake_good", "good-dist"), FakeEntryPoint("clash", "fake_clash", "clash-dist"),
+           FakeEntryPoint("other", "fake_other", "other-dist")][::order]  # fmt: skip
+    reg = registry.load(eps)
+    assert sorted(reg.backends) == ["beta"]
+    status = {p.name: p for p in reg.plugins}
+    for name in ("good", "clash"):
+        err = status[name].error
+        assert status[name].status == "error" and "good-dist" in err and "clash-dist" in err and "'alpha'" in err
+    assert status["other"].status == "loaded"
+    with pytest.raises(registry.BackendSelectionError, match=r"good-dist.*clash-dist|clash-dist.*good-dist"):
+        reg.get("Alpha")
 
 
 def test_selection_is_case_insensitive_and_unknown_names_list_installed(plugin_modules):
