@@ -355,3 +355,15 @@ def test_a_bad_setting_warns_once_at_import_and_install_refuses(fake_te: Path, e
     assert r.stdout.splitlines()[0] == "patched False", r.stdout
     assert f"install raised SettingsError {named}" in r.stdout or "install raised BackendSelectionError" in r.stdout
     assert named in r.stdout.splitlines()[1] and r.stdout.splitlines()[2] == "patched False", r.stdout
+
+
+@pytest.mark.parametrize("missing", ["transformer_engine", "transformer_engine.pytorch"])
+def test_install_without_te_is_one_clear_line(monkeypatch, missing: str) -> None:
+    monkeypatch.delitem(sys.modules, "transformer_engine_torch", raising=False)
+    monkeypatch.setitem(sys.modules, missing, None)  # the import fails as if TE were not installed
+    with pytest.raises(ImportError) as info:
+        te.install()
+    message = str(info.value)
+    assert "\n" not in message and "Transformer Engine" in message and "install()" in message, message
+    assert info.value.__cause__ is None and info.value.__suppress_context__  # no chained traceback
+    assert not te.is_installed()
