@@ -1,7 +1,8 @@
 """``te-flydsl-plugin``: capabilities | check | plugins | doctor | precompile | bench.
 
-Every command takes ``--json``. Errors are one line on stderr with exit status 2, never a traceback.
-``check`` exits 0 when the GEMM is supported and 1 when it is not.
+Every command takes ``--json`` (before or after the command's name). Errors are one line on stderr
+with exit status 2, never a traceback. ``check`` exits 0 when the GEMM is supported and 1 when it is
+not. Progress (precompile, bench) goes to stderr, so stdout stays the result.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import platform
 import sys
 from collections.abc import Callable, Sequence
@@ -16,6 +18,7 @@ from typing import Any
 
 from .spec import (
     Capabilities,
+    CapabilityRow,
     Format,
     GemmCall,
     GemmProblem,
@@ -67,7 +70,9 @@ def markdown(caps: Capabilities) -> str:
         "a test fails when this file differs from the matrix. A and B are TE's operands (A: weight side,",
         "B: input side). *Backed* lists the combinations a compiled gfx950 kernel backs (compiled, ISA-checked",
         "and run in the emulator); the `flydsl` and `emulator` executors accept only those, the `reference`",
-        "executor accepts every row.",
+        "executor accepts every row. *Kernel* is named as its configs are (`te-flydsl-plugin precompile`):",
+        "`gemm_<lhs>_<rhs>_...`, where the kernel's lhs is TE's B (it gives the output rows) and its rhs TE's A,",
+        "so the row A=fp8_e4m3, B=fp8_e5m2 runs `gemm_fp8_e5m2_fp8_e4m3`.",
         "",
         f"Target archs: {', '.join(caps.archs)}",
         "",
@@ -86,8 +91,25 @@ def markdown(caps: Capabilities) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _backed_summary(row: CapabilityRow) -> str:
+    """The row's backed (layout, output, epilogue) combinations, per epilogue: ``plain TN,NN,NT x fp32,bf16``
+    when they are every pair of the layouts and outputs named, else each pair (``TN/fp32``)."""
+    if not row.backed:
+        return "no"
+    parts = []
+    for epi in dict.fromkeys(e for _, _, e in row.backed):
+        pairs = {(lay, out) for lay, out, e in row.backed if e == epi}
+        lays = [x for x in row.layouts if any(lay is x for lay, _ in pairs)]
+        outs = [x for x in row.out_dtypes if any(out is x for _, out in pairs)]
+        if len(pairs) == len(lays) * len(outs):
+            parts.append(f"{epi} {','.join(x.value for x in lays)} x {','.join(x.value for x in outs)}")
+        else:
+            parts.append(f"{epi} " + ",".join(f"{lay.value}/{out.value}" for lay, out in sorted(pairs)))
+    return "; ".join(parts)
+
+
 def _table(caps: Capabilities) -> str:
-    head = ("A", "B", "layouts", "outputs", "K%", "backed", "kernel")
+    head = ("A", "B", "layouts", "outputs", "K%", "kernel (B x A)", "backed by compiled kernels")
     rows = [
         (
             r.a_format.value,
@@ -95,8 +117,8 @@ def _table(caps: Capabilities) -> str:
             ",".join(x.value for x in r.layouts),
             ",".join(x.value for x in r.out_dtypes),
             str(r.k_multiple),
-            f"{len(r.backed)} combos" if r.backed else "no",
             r.kernel,
+            _backed_summary(r),
         )
         for r in caps.rows
     ]
@@ -315,6 +337,32 @@ def doctor_report() -> dict[str, Any]:
     }
 
 
+_PATH_WORDS = {
+    "plugin": "the plugin (TE's generic_gemm is the plugin's wrapper)",
+    "te": "TE's own generic_gemm",
+    "te-in-tree": "TE's in-tree GEMM backend (its get_gemm_backend() takes GEMMs before generic_gemm)",
+    "te-not-loaded": "TE is not loaded in this process (doctor does not import it)",
+}
+
+
+def _te_path_words(info: dict[str, Any] | str | None) -> str:
+    """host/te.py's ``active_path()`` as one line of words (docs/te-seam.md lists the paths)."""
+    if not isinstance(info, dict):
+        return info or "unknown"
+    words = _PATH_WORDS.get(info["path"], info["path"])
+    if info["path"] == "te-not-loaded":
+        return words
+    tree = info.get("in_tree", {})
+    if not tree.get("getter_present"):
+        getter = "no in-tree get_gemm_backend()"
+    elif tree.get("neutralised"):
+        getter = "in-tree get_gemm_backend() neutralised by the plugin"
+    else:
+        getter = f"in-tree get_gemm_backend() answers {tree.get('answer', '?')}"
+    kernels = "; in-tree FlyDSL kernels present" if tree.get("flydsl_kernels_module") else ""
+    return f"{words} (TE {info.get('transformer_engine') or '?'}; {getter}{kernels})"
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     rep = doctor_report()
     v = rep["versions"]
@@ -323,7 +371,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         f"device arch: {rep['device']['arch']}",
         f"selected backend: {rep['selected_backend']}",
         f"executor: {rep['executor'] or '-'} (requested {rep['executor_requested']})",
-        f"TE GEMM path: {rep['te_gemm_path'] or 'TE not loaded'}",
+        f"TE GEMM path: {_te_path_words(rep['te_gemm_path'])}",
         f"gfx950 compile possible: {rep['gfx950_compile']['possible']} (ld.lld: {rep['gfx950_compile']['ld_lld']})",
     ]
     lines += ["problems: none"] if not rep["problems"] else ["problems:"]
@@ -349,11 +397,16 @@ def cmd_precompile(args: argparse.Namespace) -> int:
         raise CliError(f"--arch: {exc}") from None
     if toolchain.find_ld_lld() is None:
         raise CliError("no ld.lld >= 18 found: apt-get install lld-22 (or install ROCm)")
-    tty = sys.stderr.isatty() and not args.json
+    # Progress always goes to stderr (a cold cache compiles for minutes): one rewritten line on a
+    # terminal, a line per config through a pipe or into a log; stdout stays the result.
+    tty = sys.stderr.isatty()
+    total = len(compiled.BACKED)
+    print(f"compiling or loading {total} kernel configs for {args.arch} (cold: minutes)", file=sys.stderr, flush=True)
 
-    def progress(i: int, total: int, report: dict[str, Any]) -> None:
-        if tty:
-            print(f"\r[{i}/{total}] {report['config'][:70]:<70}", end="", file=sys.stderr, flush=True)
+    def progress(i: int, n: int, report: dict[str, Any]) -> None:
+        how = "cached" if report.get("from_disk") else f"{report['compile_s']}s"
+        line = f"[{i}/{n}] {report['config']} {how}"
+        print(f"\r{line[:100]:<100}" if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)
 
     try:
         rows = compiled.precompile(args.arch, progress=progress)
@@ -430,13 +483,23 @@ class _Parser(argparse.ArgumentParser):
         raise CliError(f"{self.prog}: {message}")
 
 
+DESCRIPTION = (
+    "What the FlyDSL GEMM backend of Transformer Engine supports, and why a GEMM would or would not run "
+    "on it. Every command takes --json; errors are one line on stderr, exit status 2."
+)
+JSON_HELP = "machine-readable output on stdout (also accepted before the command)"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="te-flydsl-plugin", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    parser = _Parser(prog="te-flydsl-plugin", description=DESCRIPTION)
+    parser.add_argument("--json", action="store_true", help=JSON_HELP)
+    # Not required here: main() names a missing command itself, after any unknown option.
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser, help="the command to run")
 
     def add(name: str, fn: Callable[[argparse.Namespace], int], help: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help)
-        p.add_argument("--json", action="store_true", help="machine-readable output")
+        p = sub.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".")
+        # SUPPRESS: absent after the command, the main parser's --json (before it) stands.
+        p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=JSON_HELP)
         p.set_defaults(fn=fn)
         return p
 
@@ -445,19 +508,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--markdown", action="store_true", help="the Markdown table of docs/capabilities.md")
 
     p = add("check", cmd_check, "would this GEMM run on FlyDSL, and if not, why")
-    p.add_argument("--layout", required=True, choices=[x.value for x in Layout])
+    p.add_argument("--layout", required=True, choices=[x.value for x in Layout], help="TE's layout (transA, transB)")
     p.add_argument("--m", type=int, required=True, help="output rows")
     p.add_argument("--n", type=int, required=True, help="output columns")
     p.add_argument("--k", type=int, required=True, help="reduction length")
     p.add_argument("--a-format", required=True, choices=FORMAT_CHOICES, help="TE's A (weight side)")
     p.add_argument("--b-format", required=True, choices=FORMAT_CHOICES, help="TE's B (input side)")
-    p.add_argument("--out-dtype", required=True, choices=OUT_CHOICES)
-    for flag in ("bias", "gelu", "grad", "accumulate", "output-quantizer", "comm-overlap"):
-        p.add_argument(f"--{flag}", action="store_true")
-    p.add_argument("--alpha", type=float, default=1.0)
-    p.add_argument("--beta", type=float, default=None)
+    p.add_argument("--out-dtype", required=True, choices=OUT_CHOICES, help="D's dtype")
+    for flag, what in (
+        ("bias", "a bias is given (fused bias epilogue; with --grad and no --gelu: the bias gradient)"),
+        ("gelu", "fused GELU epilogue (with --grad: dGELU, reading the saved pre-activation)"),
+        ("grad", "a backward GEMM (TE's grad flag)"),
+        ("accumulate", "D is given and accumulated into"),
+        ("output-quantizer", "an FP8 output quantizer is given"),
+        ("comm-overlap", "a communication-overlap object is given"),
+    ):
+        p.add_argument(f"--{flag}", action="store_true", help=what)
+    p.add_argument("--alpha", type=float, default=1.0, help="scale of A x B (default 1)")
+    p.add_argument(
+        "--beta", type=float, default=None, help="scale of D's old value (default: 1 with --accumulate, else 0)"
+    )
     p.add_argument("--arch", default="gfx950", type=_arch, help="evaluate as for this arch (default: gfx950)")
-    p.add_argument("--executor", default="flydsl", choices=["flydsl", "reference"])
+    p.add_argument("--executor", default="flydsl", choices=["flydsl", "reference"],
+                   help="judge for compiled kernels (flydsl, default) or the torch reference")  # fmt: skip
 
     add("plugins", cmd_plugins, "installed GEMM backends")
     add("doctor", cmd_doctor, "versions, device, selection, toolchain; each problem with its fix")
@@ -466,7 +539,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--arch", default="gfx950", type=_arch, help="compile for this arch (default: gfx950)")
 
     p = add("bench", cmd_bench, "time every backed config on an LLM shape suite (gfx950 GPU only)")
-    p.add_argument("--suite", default="llm", choices=["llm", "square"])
+    p.add_argument("--suite", default="llm", choices=["llm", "square"], help="the shape suite (default llm)")
     p.add_argument("--kinds", default="bf16,fp8,mxfp8", help="comma list of bf16, fp16, fp8, mxfp8")
     p.add_argument("--tokens", type=int, default=8192, help="tokens per micro-batch (M of fprop / dgrad)")
     p.add_argument("--iters", type=int, default=20, help="timed launches per config, after 3 warm-ups")
@@ -476,7 +549,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        args = build_parser().parse_args(argv)
+        parser = build_parser()
+        args, unknown = parser.parse_known_args(argv)
+        if unknown:
+            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+        if args.command is None:
+            parser.error(f"a command is required: one of {', '.join(_commands(parser))}")
         return args.fn(args)
     except CliError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -484,9 +562,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `te-flydsl-plugin capabilities | head`: the reader has all it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        return 0
     except Exception as exc:  # the CLI's contract: one line, never a traceback
         print(f"error: {_exc_line(exc)}", file=sys.stderr)
         return 2
+
+
+def _commands(parser: argparse.ArgumentParser) -> list[str]:
+    return [name for a in parser._actions if isinstance(a, argparse._SubParsersAction) for name in a.choices]
 
 
 if __name__ == "__main__":

@@ -212,3 +212,76 @@ def test_doctor_survives_a_backend_whose_availability_raises(capsys, monkeypatch
     data = json.loads(out)
     assert data["selected_backend"].startswith("broken 0.0")
     assert any("availability() raised NotImplementedError" in p["problem"] for p in data["problems"])
+
+
+def test_an_unknown_option_is_named_even_without_a_command(capsys):
+    for argv in (["--bogus"], ["--bogus", "plugins"], ["plugins", "--bogus"]):
+        code, out, err = run(capsys, *argv)
+        _one_line_error(code, out, err)
+        assert "unrecognized arguments: --bogus" in err, err
+    code, out, err = run(capsys)
+    _one_line_error(code, out, err)
+    assert "capabilities" in err and "doctor" in err  # names the commands
+
+
+@pytest.mark.parametrize("command", [["capabilities"], ["plugins"], [*CHECK, "--executor", "reference"]])
+def test_json_is_accepted_before_the_command_too(capsys, command):
+    code, before, _ = run(capsys, "--json", *command)
+    assert code == 0 and isinstance(json.loads(before), dict)
+    code, after, _ = run(capsys, *command, "--json")
+    assert json.loads(after) == json.loads(before)
+    code, text, _ = run(capsys, *command)
+    with pytest.raises(ValueError):
+        json.loads(text)
+
+
+def test_help_is_plain_text_and_every_flag_says_what_it_does():
+    parser = cli.build_parser()
+    (sub,) = [a for a in parser._actions if isinstance(a, cli.argparse._SubParsersAction)]
+    for name, p in [("te-flydsl-plugin", parser), *sub.choices.items()]:
+        assert p.description and "``" not in p.description and ":func:" not in p.description, name
+        for action in p._actions:
+            assert action.help and action.help.strip(), f"{name} {action.option_strings or action.dest}"
+
+
+def test_doctor_prints_the_te_gemm_path_as_words(capsys, monkeypatch):
+    from te_flydsl_plugin.host import te
+
+    info = {"path": "te-in-tree", "transformer_engine": "2.9.0", "plugin_installed": False,
+            "in_tree": {"getter_present": True, "neutralised": False, "flydsl_kernels_module": True,
+                        "answer": "'flydsl'"}}  # fmt: skip
+    monkeypatch.setattr(te, "active_path", lambda: info)
+    code, out, _ = run(capsys, "doctor")
+    (line,) = [x for x in out.splitlines() if x.startswith("TE GEMM path:")]
+    assert code == 0 and "{" not in line and "TE 2.9.0" in line and "in-tree" in line and "'flydsl'" in line, line
+
+
+def test_capabilities_text_says_which_combinations_are_backed_and_how_kernels_are_named(capsys):
+    code, out, _ = run(capsys, "capabilities")
+    assert code == 0 and "combos" not in out
+    row = next(x for x in out.splitlines() if x.split()[:2] == ["fp8_e4m3", "fp8_e5m2"])
+    caps = matrix.capabilities()
+    epilogues = {e for r in caps.rows for _, _, e in r.backed}
+    assert all(e in row for e in epilogues) and "TN,NN,NT x fp32,bf16,fp16" in row, row
+    assert "gemm_fp8_e5m2_fp8_e4m3" in row and "kernel (B x A)" in out  # the config's order: lhs=B, rhs=A
+    assert "lhs" in cli.markdown(caps) and "gemm_fp8_e5m2_fp8_e4m3" in cli.markdown(caps).split("|")[0]
+
+
+def test_precompile_through_a_pipe_reports_progress_on_stderr(capsys, monkeypatch):
+    from te_flydsl_plugin.flydsl import compiled, toolchain
+
+    def report(cfg, arch):
+        return {"config": cfg.name, "mfma": "m", "mfma_count": 1, "vgpr": 1, "agpr": 0, "agpr_accumulators": 0,
+                "vgpr_accumulators": 1, "lds_bytes": 0, "scratch_bytes": 0, "spills": 0, "compile_s": 1.5,
+                "from_disk": False, "ok": True}  # fmt: skip
+
+    monkeypatch.setattr(compiled, "isa_report", report)
+    monkeypatch.setattr(toolchain, "find_ld_lld", lambda: "/usr/bin/ld.lld")
+    total = len(compiled.BACKED)
+    for json_flag in ([], ["--json"]):
+        code, out, err = run(capsys, "precompile", *json_flag)
+        assert code == 0 and out
+        lines = err.splitlines()
+        assert f"{total} kernel configs for gfx950" in lines[0], err
+        assert lines[1].startswith(f"[1/{total}] ") and lines[-1].startswith(f"[{total}/{total}] "), err
+        assert len(lines) == total + 1 and "\r" not in err
