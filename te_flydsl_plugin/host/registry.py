@@ -123,10 +123,18 @@ def _with(record: PluginRecord, **changes: Any) -> PluginRecord:
 
 
 def _call_hook(plugin: Any, name: str) -> list[GemmBackend]:
-    """Run one plugin's hook in a plugin manager of its own (its failure stays its own)."""
+    """Run one plugin's hook in a plugin manager of its own (its failure stays its own).
+
+    A hookimpl of a hook the spec does not have (``te_gemm_backend``) raises here (pluggy's
+    ``check_pending``), and so does a plugin implementing no hook at all: either would otherwise load
+    as a plugin with zero backends.
+    """
     pm = pluggy.PluginManager(PROJECT)
     pm.add_hookspecs(Hookspecs)
     pm.register(plugin, name=name)
+    pm.check_pending()
+    if not pm.hook.te_gemm_backends.get_hookimpls():
+        raise TypeError(f"{plugin!r} implements no te_gemm_backends hook (a function marked @hookimpl)")
     found: list[GemmBackend] = []
     for result in pm.hook.te_gemm_backends():
         found.extend(result)
