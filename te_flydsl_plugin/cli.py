@@ -242,11 +242,11 @@ def cmd_plugins(args: argparse.Namespace) -> int:
 
 
 def _version(mod: str) -> str | None:
-    import importlib_metadata
+    from importlib import metadata
 
     try:
-        return importlib_metadata.version(mod)
-    except importlib_metadata.PackageNotFoundError:
+        return metadata.version(mod)
+    except metadata.PackageNotFoundError:
         return None
 
 

@@ -84,9 +84,11 @@ def _key(backend: GemmBackend) -> str:
 def load(entry_points: Iterable[Any] | None = None) -> Registry:
     """Load every plugin of the group (or the given entry points, for tests)."""
     if entry_points is None:
-        import importlib_metadata  # only when discovering: keeps the package import cheap
+        # The standard library's (Python >= 3.10 has group selection and ``EntryPoint.dist``), imported
+        # only when discovering: keeps the package import cheap.
+        from importlib.metadata import entry_points as group_entry_points
 
-        entry_points = importlib_metadata.entry_points(group=ENTRY_POINT_GROUP)
+        entry_points = group_entry_points(group=ENTRY_POINT_GROUP)
     loaded: list[PluginRecord] = []
     for ep in entry_points:
         dist, version = _dist_of(ep)

@@ -286,7 +286,7 @@ def test_entry_point_with_the_variable_unset_imports_nothing_heavy() -> None:
         from te_flydsl_plugin.host import autoload
         autoload.autoload()
         ms = (time.perf_counter() - t) * 1e3
-        heavy = sorted(m for m in ("torch", "pluggy", "importlib_metadata", "te_flydsl_plugin.host.dispatch",
+        heavy = sorted(m for m in ("torch", "pluggy", "importlib.metadata", "te_flydsl_plugin.host.dispatch",
                                    "te_flydsl_plugin.host.te") if m in sys.modules)
         print("HEAVY", heavy, "MS", ms)
     """
