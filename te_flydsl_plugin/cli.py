@@ -452,11 +452,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         bench.require_gfx950()
     except RuntimeError as exc:
         raise CliError(str(exc)) from exc
-    tty = sys.stderr.isatty() and not args.json
+    tty = sys.stderr.isatty()  # progress as precompile's: always on stderr, a line per row off a terminal
 
     def progress(row: dict[str, Any]) -> None:
-        if tty:
-            print(f"\r{row['shape'][:40]:<40} {row['kind']:<6} {row['tflops']:8.1f} TFLOP/s", end="", file=sys.stderr)
+        line = f"{row['shape'][:40]:<40} {row['kind']:<6} {row['tflops']:8.1f} TFLOP/s"
+        print(f"\r{line}" if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)
 
     rows = bench.run(shapes, kinds, args.iters, progress)
     if tty:

@@ -285,3 +285,20 @@ def test_precompile_through_a_pipe_reports_progress_on_stderr(capsys, monkeypatc
         assert f"{total} kernel configs for gfx950" in lines[0], err
         assert lines[1].startswith(f"[1/{total}] ") and lines[-1].startswith(f"[{total}/{total}] "), err
         assert len(lines) == total + 1 and "\r" not in err
+
+
+def test_bench_through_a_pipe_reports_progress_on_stderr(capsys, monkeypatch):
+    from te_flydsl_plugin.flydsl import bench
+
+    row = {"shape": "square4096", "layout": "TN", "m": 4096, "n": 4096, "k": 4096, "kind": "bf16",
+           "config": "gemm_bf16_bf16", "selected": True, "ms": 1.0, "tflops": 137.4}  # fmt: skip
+
+    def fake_run(shapes, kinds, iters, progress):
+        progress(row)
+        return [row]
+
+    monkeypatch.setattr(bench, "require_gfx950", lambda: None)
+    monkeypatch.setattr(bench, "run", fake_run)
+    code, out, err = run(capsys, "bench", "--suite", "square", "--only", "square4096", "--kinds", "bf16", "--json")
+    assert code == 0 and json.loads(out)["rows"] == [row]
+    assert err.count("\n") == 1 and "square4096" in err and "137.4 TFLOP/s" in err and "\r" not in err
