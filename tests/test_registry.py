@@ -70,7 +70,11 @@ def plugin_modules(monkeypatch):
 
 
 def test_discovery_isolates_broken_plugins(plugin_modules):
+    plugin_modules("fake_nameless", "")
+    plugin_modules("fake_none_name", None)
     eps = [
+        FakeEntryPoint("nameless", "fake_nameless", "nameless-dist"),
+        FakeEntryPoint("none_name", "fake_none_name", "none-dist"),
         FakeEntryPoint("good", "fake_good", "good-dist"),
         FakeEntryPoint("missing", "fake_module_that_does_not_exist", "missing-dist"),
         FakeEntryPoint("hookfail", "fake_hook_broken", "hook-dist"),
@@ -82,7 +86,8 @@ def test_discovery_isolates_broken_plugins(plugin_modules):
     assert status["good"] == ("loaded", "")
     assert status["missing"][0] == "error" and "ModuleNotFoundError" in status["missing"][1]
     assert status["hookfail"][0] == "error" and "hook exploded" in status["hookfail"][1]
-    assert reg.plugins[0].distribution == "good-dist" and reg.plugins[0].version == "1.2.3"
+    assert status["nameless"][0] == status["none_name"][0] == "error" and "no name" in status["none_name"][1]
+    assert reg.plugins[2].distribution == "good-dist" and reg.plugins[2].version == "1.2.3"
 
 
 @pytest.mark.parametrize("order", [1, -1])

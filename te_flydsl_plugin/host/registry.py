@@ -143,6 +143,8 @@ def _call_hook(plugin: Any, name: str) -> list[GemmBackend]:
     for b in found:
         if not isinstance(b, GemmBackend):
             raise TypeError(f"{b!r} does not implement the GemmBackend protocol")
+        if not isinstance(b.name, str) or not b.name.strip():
+            raise TypeError(f"{b!r} has no name to select it by (name={b.name!r})")
     return found
 
 
