@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import pathlib
+import re
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from te_flydsl_plugin import cli
 from te_flydsl_plugin.flydsl import matrix
@@ -302,3 +305,45 @@ def test_bench_through_a_pipe_reports_progress_on_stderr(capsys, monkeypatch):
     code, out, err = run(capsys, "bench", "--suite", "square", "--only", "square4096", "--kinds", "bf16", "--json")
     assert code == 0 and json.loads(out)["rows"] == [row]
     assert err.count("\n") == 1 and "square4096" in err and "137.4 TFLOP/s" in err and "\r" not in err
+
+
+# Per option: (valid values, junk values). Each option is junk one time in sixteen, left out rarely.
+_CHECK_VALUES = {
+    "--layout": (["TN", "NN", "NT", "TT"], ["tn", "XX", ""]),
+    "--m": (["0", "1", "300", "4096"], ["-1", "x", "1e3"]),
+    "--n": (["0", "4", "200", "99999999999"], ["-5", ""]),
+    "--k": (["0", "7", "16", "96"], ["-3", "nan"]),
+    "--a-format": (cli.FORMAT_CHOICES, ["fp4", ""]),
+    "--b-format": (cli.FORMAT_CHOICES, ["int8"]),
+    "--out-dtype": (cli.OUT_CHOICES, ["fp64"]),
+    "--alpha": (["1", "0", "-2.5", "nan", "inf"], ["x"]),
+    "--beta": (["0", "1", "nan", "-inf"], [""]),
+    "--arch": (["gfx950", "GFX942", "gfx950:xnack-"], ["bogus", "", "sm_90"]),
+    "--executor": (["flydsl", "reference"], ["emulator", "bogus"]),
+}
+_CHECK_FLAGS = ["--bias", "--gelu", "--grad", "--accumulate", "--output-quantizer", "--comm-overlap", "--json"]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    picks=st.fixed_dictionaries({o: st.tuples(st.integers(0, 15), st.integers(0, 20)) for o in _CHECK_VALUES}),
+    left_out=st.one_of(st.just(()), st.just(()), st.just(()), st.tuples(st.sampled_from(sorted(_CHECK_VALUES)))),
+    flags=st.lists(st.sampled_from(_CHECK_FLAGS), unique=True),
+    json_first=st.booleans(),
+)
+def test_check_with_any_arguments_answers_or_errors_in_one_line(capsys, picks, left_out, flags, json_first):
+    argv = ["--json"] if json_first else []
+    argv.append("check")
+    for opt, (junk, i) in picks.items():
+        if opt not in left_out:
+            values = _CHECK_VALUES[opt][junk == 0]
+            argv += [opt, values[i % len(values)]]
+    code, out, err = run(capsys, *argv, *flags)
+    assert code in (0, 1, 2), (argv, code)
+    if code == 2:
+        assert not out and err.startswith("error: ") and err.count("\n") == 1, (argv, err)
+        assert not re.match(r"error: \w+(Error|Exception)\b", err), f"a crash, not a usage error: {argv} {err}"
+    else:
+        assert not err and out, (argv, err)
+        if json_first or "--json" in flags:
+            assert json.loads(out)["supported"] is (code == 0)
