@@ -347,3 +347,12 @@ def test_check_with_any_arguments_answers_or_errors_in_one_line(capsys, picks, l
         assert not err and out, (argv, err)
         if json_first or "--json" in flags:
             assert json.loads(out)["supported"] is (code == 0)
+
+
+def test_compiling_for_an_arch_without_kernels_is_an_error_not_an_abort(tmp_path, monkeypatch):
+    from te_flydsl_plugin.flydsl import compiled
+    from te_flydsl_plugin.host.archs import ArchError
+
+    monkeypatch.setenv("TE_FLYDSL_CACHE_DIR", str(tmp_path))
+    with pytest.raises(ArchError, match="gfx942 is not supported"):
+        compiled.compile_config(compiled.BACKED[0], "gfx942")

@@ -118,6 +118,7 @@ def _load(cfg: KernelConfig, arch: str, key: str) -> CompiledKernel | None:
 
 
 def _compile(cfg: KernelConfig, arch: str) -> CompiledKernel:
+    archs.require(arch, matrix.ARCHS)  # an ArchError, not LLVM aborting the process on gfx942
     import flydsl.compiler as flyc
 
     from .kernels import gemm
