@@ -3,8 +3,9 @@
 ``precompile`` prints each backed config's ISA report and its K-loop report (``flydsl/kloop.py``),
 with ``--lds`` the LDS bank conflicts of one emulated tile (``flydsl/lds_conflicts.py``).
 
-Every command takes ``--json``. Errors are one line on stderr with exit status 2, never a traceback.
-``check`` exits 0 when the GEMM is supported and 1 when it is not.
+Every command takes ``--json`` (before or after the command's name). Errors are one line on stderr
+with exit status 2, never a traceback. ``check`` exits 0 when the GEMM is supported and 1 when it is
+not. Progress (precompile, bench) goes to stderr, so stdout stays the result.
 """
 
 from __future__ import annotations
@@ -12,12 +13,25 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import platform
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .spec import Capabilities, Format, GemmCall, GemmProblem, Layout, OperandSpec
+from .spec import (
+    Capabilities,
+    CapabilityRow,
+    Format,
+    GemmCall,
+    GemmProblem,
+    Layout,
+    OperandSpec,
+    Reason,
+    ReasonCode,
+    SettingsError,
+    Verdict,
+)
 
 FORMAT_CHOICES = [f.value for f in Format if f not in (Format.OTHER, Format.FP8_BLOCK)]
 OUT_CHOICES = ["fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2"]
@@ -25,6 +39,22 @@ OUT_CHOICES = ["fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2"]
 
 class CliError(Exception):
     """A user-facing error: printed as one line, exit status 2."""
+
+
+def _arch(name: str) -> str:
+    """argparse ``type`` of every ``--arch``: the name normalised by host/archs.py, or a usage error."""
+    from .host import archs
+
+    try:
+        return archs.normalize(name)
+    except archs.ArchError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _exc_line(exc: BaseException) -> str:
+    """``Type: message``, or just ``Type`` when the message is empty (``NotImplementedError()``)."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
 def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
@@ -43,7 +73,9 @@ def markdown(caps: Capabilities) -> str:
         "a test fails when this file differs from the matrix. A and B are TE's operands (A: weight side,",
         "B: input side). *Backed* lists the combinations a compiled gfx950 kernel backs (compiled, ISA-checked",
         "and run in the emulator); the `flydsl` and `emulator` executors accept only those, the `reference`",
-        "executor accepts every row.",
+        "executor accepts every row. *Kernel* is named as its configs are (`te-flydsl-plugin precompile`):",
+        "`gemm_<lhs>_<rhs>_...`, where the kernel's lhs is TE's B (it gives the output rows) and its rhs TE's A,",
+        "so the row A=fp8_e4m3, B=fp8_e5m2 runs `gemm_fp8_e5m2_fp8_e4m3`.",
         "",
         f"Target archs: {', '.join(caps.archs)}",
         "",
@@ -62,8 +94,25 @@ def markdown(caps: Capabilities) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _backed_summary(row: CapabilityRow) -> str:
+    """The row's backed (layout, output, epilogue) combinations, per epilogue: ``plain TN,NN,NT x fp32,bf16``
+    when they are every pair of the layouts and outputs named, else each pair (``TN/fp32``)."""
+    if not row.backed:
+        return "no"
+    parts = []
+    for epi in dict.fromkeys(e for _, _, e in row.backed):
+        pairs = {(lay, out) for lay, out, e in row.backed if e == epi}
+        lays = [x for x in row.layouts if any(lay is x for lay, _ in pairs)]
+        outs = [x for x in row.out_dtypes if any(out is x for _, out in pairs)]
+        if len(pairs) == len(lays) * len(outs):
+            parts.append(f"{epi} {','.join(x.value for x in lays)} x {','.join(x.value for x in outs)}")
+        else:
+            parts.append(f"{epi} " + ",".join(f"{lay.value}/{out.value}" for lay, out in sorted(pairs)))
+    return "; ".join(parts)
+
+
 def _table(caps: Capabilities) -> str:
-    head = ("A", "B", "layouts", "outputs", "K%", "backed", "kernel")
+    head = ("A", "B", "layouts", "outputs", "K%", "kernel (B x A)", "backed by compiled kernels")
     rows = [
         (
             r.a_format.value,
@@ -71,8 +120,8 @@ def _table(caps: Capabilities) -> str:
             ",".join(x.value for x in r.layouts),
             ",".join(x.value for x in r.out_dtypes),
             str(r.k_multiple),
-            f"{len(r.backed)} combos" if r.backed else "no",
             r.kernel,
+            _backed_summary(r),
         )
         for r in caps.rows
     ]
@@ -87,10 +136,14 @@ def _table(caps: Capabilities) -> str:
 
 def cmd_capabilities(args: argparse.Namespace) -> int:
     from .flydsl import matrix
+    from .host import archs
 
     caps = matrix.capabilities()
-    if args.arch and args.arch not in caps.archs:
-        raise CliError(f"the flydsl backend targets {', '.join(caps.archs)}; --arch {args.arch} has no kernels")
+    if args.arch is not None:
+        try:
+            archs.require(args.arch, caps.archs)
+        except archs.ArchError as exc:
+            raise CliError(f"--arch: {exc}") from None
     if args.markdown:
         print(
             json.dumps({"markdown": markdown(caps)}) if args.json else markdown(caps),
@@ -122,15 +175,19 @@ def problem_from_args(args: argparse.Namespace) -> GemmProblem:
     call = GemmCall(
         A=None, transA=layout in (Layout.TN, Layout.TT), B=None, transB=layout in (Layout.NT, Layout.TT),
         D=None, quantizer=object() if args.output_quantizer else None, output_dtype=out_fmt, bias=None,
-        bias_type=None, gelu=args.gelu, gelu_in=object() if (args.gelu and args.grad) else None, grad=args.grad,
+        bias_type=None, gelu=args.gelu, gelu_in=None, grad=args.grad,
         workspace=None, workspace_size=0, accumulate=args.accumulate, use_split_accumulator=False,
         comm_overlap=object() if args.comm_overlap else None, alpha=args.alpha, beta=args.beta,
     )  # fmt: skip
     p = _problem.build(call, spec(args.a_format, a_shape), spec(args.b_format, b_shape), args.arch, "")
-    # The CLI has no tensors: D is "given" when accumulating, bias sized as the epilogue needs it.
-    changes: dict[str, Any] = {"out_given": p.out_given or args.accumulate or args.beta not in (None, 0.0)}
-    if changes["out_given"]:
-        changes["shape_error"] = "; ".join(e for e in p.shape_error.split("; ") if e and "needs D" not in e)
+    # The CLI has no tensors: D is "given" when accumulating, gelu_in when the epilogue reads it (dGELU),
+    # bias sized as the epilogue needs it. The builder's complaints about those absent tensors are dropped.
+    out_given = p.out_given or args.accumulate or args.beta not in (None, 0.0)
+    absent = [s for s, given in (("needs D", out_given), ("needs gelu_in", args.gelu and args.grad)) if given]
+    changes: dict[str, Any] = {
+        "out_given": out_given,
+        "shape_error": "; ".join(e for e in p.shape_error.split("; ") if e and not any(s in e for s in absent)),
+    }
     if args.bias:
         changes.update(bias=True, bias_dtype=Format.BF16 if out_fmt is Format.FP32 else out_fmt)
         changes["bias_numel"] = m if (args.grad and not args.gelu) else n
@@ -188,11 +245,11 @@ def cmd_plugins(args: argparse.Namespace) -> int:
 
 
 def _version(mod: str) -> str | None:
-    import importlib_metadata
+    from importlib import metadata
 
     try:
-        return importlib_metadata.version(mod)
-    except importlib_metadata.PackageNotFoundError:
+        return metadata.version(mod)
+    except metadata.PackageNotFoundError:
         return None
 
 
@@ -217,20 +274,25 @@ def doctor_report() -> dict[str, Any]:
     }
     settings = dispatch.Settings.from_env()
     reg = registry.load()
-    backend_status = "native (TE's own GEMM; NVTE_GEMM_BACKEND unset)"
+    backend_status = "native (TE's own GEMM; NVTE_GEMM_BACKEND unset, default or native)"
     executor = availability = None
     if settings.backend:
-        if settings.backend not in reg.backends:
-            problems.append({
-                "problem": f"NVTE_GEMM_BACKEND={settings.backend!r} names no installed backend",
-                "fix": f"use one of: {', '.join(sorted(reg.backends)) or 'none installed'}, or unset it",
-            })  # fmt: skip
+        try:
+            b = reg.get(settings.backend)
+            settings = dispatch.validate(settings, b)
+        except SettingsError as exc:
+            backend_status = "none: install() refuses these settings, TE runs its own GEMMs"
+            installed = ", ".join(sorted(reg.backends)) or "none"
+            fix = f"correct or unset it (backends installed: {installed}; README lists the values)"
+            problems.append({"problem": str(exc), "fix": fix})
         else:
-            b = reg.backends[settings.backend]
-            v = b.availability()
-            executor = getattr(b, "executor", None)
-            availability = v.to_dict()
             backend_status = f"{b.name} {b.version}"
+            try:
+                v = b.availability()
+                executor = getattr(b, "executor", None)
+            except Exception as exc:  # doctor reports a broken backend; the dispatcher declines it alike
+                v = Verdict.no(Reason(ReasonCode.UNAVAILABLE, f"availability() raised {_exc_line(exc)}"))
+            availability = v.to_dict()
             for r in v.reasons:
                 problems.append({"problem": r.message, "fix": "see README: executors and NVTE_FLYDSL_EXECUTOR"})
     for p in reg.plugins:
@@ -278,6 +340,32 @@ def doctor_report() -> dict[str, Any]:
     }
 
 
+_PATH_WORDS = {
+    "plugin": "the plugin (TE's generic_gemm is the plugin's wrapper)",
+    "te": "TE's own generic_gemm",
+    "te-in-tree": "TE's in-tree GEMM backend (its get_gemm_backend() takes GEMMs before generic_gemm)",
+    "te-not-loaded": "TE is not loaded in this process (doctor does not import it)",
+}
+
+
+def _te_path_words(info: dict[str, Any] | str | None) -> str:
+    """host/te.py's ``active_path()`` as one line of words (docs/te-seam.md lists the paths)."""
+    if not isinstance(info, dict):
+        return info or "unknown"
+    words = _PATH_WORDS.get(info["path"], info["path"])
+    if info["path"] == "te-not-loaded":
+        return words
+    tree = info.get("in_tree", {})
+    if not tree.get("getter_present"):
+        getter = "no in-tree get_gemm_backend()"
+    elif tree.get("neutralised"):
+        getter = "in-tree get_gemm_backend() neutralised by the plugin"
+    else:
+        getter = f"in-tree get_gemm_backend() answers {tree.get('answer', '?')}"
+    kernels = "; in-tree FlyDSL kernels present" if tree.get("flydsl_kernels_module") else ""
+    return f"{words} (TE {info.get('transformer_engine') or '?'}; {getter}{kernels})"
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     rep = doctor_report()
     v = rep["versions"]
@@ -286,7 +374,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         f"device arch: {rep['device']['arch']}",
         f"selected backend: {rep['selected_backend']}",
         f"executor: {rep['executor'] or '-'} (requested {rep['executor_requested']})",
-        f"TE GEMM path: {rep['te_gemm_path'] or 'TE not loaded'}",
+        f"TE GEMM path: {_te_path_words(rep['te_gemm_path'])}",
         f"gfx950 compile possible: {rep['gfx950_compile']['possible']} (ld.lld: {rep['gfx950_compile']['ld_lld']})",
     ]
     lines += ["problems: none"] if not rep["problems"] else ["problems:"]
@@ -303,18 +391,28 @@ def cmd_precompile(args: argparse.Namespace) -> int:
         from .flydsl import compiled
     except ImportError as exc:
         raise CliError(f"the kernel family cannot be loaded: {exc}") from exc
-    from .flydsl import toolchain
+    from .flydsl import matrix, toolchain
+    from .host import archs
 
+    try:
+        archs.require(args.arch, matrix.ARCHS)
+    except archs.ArchError as exc:
+        raise CliError(f"--arch: {exc}") from None
     if toolchain.find_ld_lld() is None:
         raise CliError("no ld.lld >= 18 found: apt-get install lld-22 (or install ROCm)")
     configs = tuple(c for c in compiled.BACKED if args.only in c.name)
     if not configs:
         raise CliError(f"no backed kernel config's name contains {args.only!r}")
-    tty = sys.stderr.isatty() and not args.json
+    # Progress always goes to stderr (a cold cache compiles for minutes): one rewritten line on a
+    # terminal, a line per config through a pipe or into a log; stdout stays the result.
+    tty = sys.stderr.isatty()
+    total = len(configs)
+    print(f"compiling or loading {total} kernel configs for {args.arch} (cold: minutes)", file=sys.stderr, flush=True)
 
-    def progress(i: int, total: int, report: dict[str, Any]) -> None:
-        if tty:
-            print(f"\r[{i}/{total}] {report['config'][:70]:<70}", end="", file=sys.stderr, flush=True)
+    def progress(i: int, n: int, report: dict[str, Any]) -> None:
+        how = "cached" if report.get("from_disk") else f"{report['compile_s']}s" if "compile_s" in report else ""
+        line = f"[{i}/{n}] {report['config']} {how}".rstrip()
+        print(f"\r{line[:100]:<100}" if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)
 
     try:
         rows = compiled.precompile(args.arch, progress=progress, configs=configs)
@@ -400,11 +498,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         bench.require_gfx950()
     except RuntimeError as exc:
         raise CliError(str(exc)) from exc
-    tty = sys.stderr.isatty() and not args.json
+    tty = sys.stderr.isatty()  # progress as precompile's: always on stderr, a line per row off a terminal
 
     def progress(row: dict[str, Any]) -> None:
-        if tty:
-            print(f"\r{row['shape'][:40]:<40} {row['kind']:<6} {row['tflops']:8.1f} TFLOP/s", end="", file=sys.stderr)
+        line = f"{row['shape'][:40]:<40} {row['kind']:<6} {row['tflops']:8.1f} TFLOP/s"
+        print(f"\r{line}" if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)
 
     rows = bench.run(shapes, kinds, args.iters, progress)
     if tty:
@@ -500,40 +598,60 @@ class _Parser(argparse.ArgumentParser):
         raise CliError(f"{self.prog}: {message}")
 
 
+DESCRIPTION = (
+    "What the FlyDSL GEMM backend of Transformer Engine supports, and why a GEMM would or would not run "
+    "on it. Every command takes --json; errors are one line on stderr, exit status 2."
+)
+JSON_HELP = "machine-readable output on stdout (also accepted before the command)"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="te-flydsl-plugin", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    parser = _Parser(prog="te-flydsl-plugin", description=DESCRIPTION)
+    parser.add_argument("--json", action="store_true", help=JSON_HELP)
+    # Not required here: main() names a missing command itself, after any unknown option.
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser, help="the command to run")
 
     def add(name: str, fn: Callable[[argparse.Namespace], int], help: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help)
-        p.add_argument("--json", action="store_true", help="machine-readable output")
+        p = sub.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".")
+        # SUPPRESS: absent after the command, the main parser's --json (before it) stands.
+        p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=JSON_HELP)
         p.set_defaults(fn=fn)
         return p
 
     p = add("capabilities", cmd_capabilities, "print the capability matrix")
-    p.add_argument("--arch", default=None, help="the target arch (default: every arch the backend targets)")
+    p.add_argument("--arch", default=None, type=_arch, help="only this arch (default: every arch with kernels)")
     p.add_argument("--markdown", action="store_true", help="the Markdown table of docs/capabilities.md")
 
     p = add("check", cmd_check, "would this GEMM run on FlyDSL, and if not, why")
-    p.add_argument("--layout", required=True, choices=[x.value for x in Layout])
+    p.add_argument("--layout", required=True, choices=[x.value for x in Layout], help="TE's layout (transA, transB)")
     p.add_argument("--m", type=int, required=True, help="output rows")
     p.add_argument("--n", type=int, required=True, help="output columns")
     p.add_argument("--k", type=int, required=True, help="reduction length")
     p.add_argument("--a-format", required=True, choices=FORMAT_CHOICES, help="TE's A (weight side)")
     p.add_argument("--b-format", required=True, choices=FORMAT_CHOICES, help="TE's B (input side)")
-    p.add_argument("--out-dtype", required=True, choices=OUT_CHOICES)
-    for flag in ("bias", "gelu", "grad", "accumulate", "output-quantizer", "comm-overlap"):
-        p.add_argument(f"--{flag}", action="store_true")
-    p.add_argument("--alpha", type=float, default=1.0)
-    p.add_argument("--beta", type=float, default=None)
-    p.add_argument("--arch", default="gfx950")
-    p.add_argument("--executor", default="flydsl", choices=["flydsl", "reference"])
+    p.add_argument("--out-dtype", required=True, choices=OUT_CHOICES, help="D's dtype")
+    for flag, what in (
+        ("bias", "a bias is given (fused bias epilogue; with --grad and no --gelu: the bias gradient)"),
+        ("gelu", "fused GELU epilogue (with --grad: dGELU, reading the saved pre-activation)"),
+        ("grad", "a backward GEMM (TE's grad flag)"),
+        ("accumulate", "D is given and accumulated into"),
+        ("output-quantizer", "an FP8 output quantizer is given"),
+        ("comm-overlap", "a communication-overlap object is given"),
+    ):
+        p.add_argument(f"--{flag}", action="store_true", help=what)
+    p.add_argument("--alpha", type=float, default=1.0, help="scale of A x B (default 1)")
+    p.add_argument(
+        "--beta", type=float, default=None, help="scale of D's old value (default: 1 with --accumulate, else 0)"
+    )
+    p.add_argument("--arch", default="gfx950", type=_arch, help="evaluate as for this arch (default: gfx950)")
+    p.add_argument("--executor", default="flydsl", choices=["flydsl", "reference"],
+                   help="judge for compiled kernels (flydsl, default) or the torch reference")  # fmt: skip
 
     add("plugins", cmd_plugins, "installed GEMM backends")
     add("doctor", cmd_doctor, "versions, device, selection, toolchain; each problem with its fix")
 
     p = add("precompile", cmd_precompile, "compile every backed kernel config; its ISA and K-loop report")
-    p.add_argument("--arch", default="gfx950")
+    p.add_argument("--arch", default="gfx950", type=_arch, help="compile for this arch (default: gfx950)")
     p.add_argument("--only", default="", help="only configs whose name contains this")
     p.add_argument("--lds", action="store_true", help="also count LDS bank conflicts on one emulated tile per config")
 
@@ -547,7 +665,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-lds", action="store_true", help="skip the bank-conflict count (one emulated tile a config)")
 
     p = add("bench", cmd_bench, "time every backed config on an LLM shape suite (gfx950 GPU only)")
-    p.add_argument("--suite", default="llm", choices=["llm", "square"])
+    p.add_argument("--suite", default="llm", choices=["llm", "square"], help="the shape suite (default llm)")
     p.add_argument("--kinds", default="bf16,fp8,mxfp8", help="comma list of bf16, fp16, fp8, mxfp8")
     p.add_argument("--tokens", type=int, default=8192, help="tokens per micro-batch (M of fprop / dgrad)")
     p.add_argument("--iters", type=int, default=20, help="timed launches per config, after 3 warm-ups")
@@ -557,7 +675,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        args = build_parser().parse_args(argv)
+        parser = build_parser()
+        args, unknown = parser.parse_known_args(argv)
+        if unknown:
+            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+        if args.command is None:
+            parser.error(f"a command is required: one of {', '.join(_commands(parser))}")
         return args.fn(args)
     except CliError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -565,9 +688,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `te-flydsl-plugin capabilities | head`: the reader has all it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        return 0
     except Exception as exc:  # the CLI's contract: one line, never a traceback
-        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"error: {_exc_line(exc)}", file=sys.stderr)
         return 2
+
+
+def _commands(parser: argparse.ArgumentParser) -> list[str]:
+    return [name for a in parser._actions if isinstance(a, argparse._SubParsersAction) for name in a.choices]
 
 
 if __name__ == "__main__":

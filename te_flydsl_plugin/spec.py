@@ -361,9 +361,20 @@ class GemmCall:
     beta: float | None = None
 
 
+class SettingsError(ValueError):
+    """A setting (``NVTE_GEMM_BACKEND``, ``NVTE_FLYDSL_EXECUTOR``, ``NVTE_FLYDSL_TARGET_ARCH``, a CLI
+    ``--arch``) names something that does not exist. Raised when the dispatcher is created (at install),
+    so a typo fails there, once, with the one-line message, rather than at some later GEMM."""
+
+
 @runtime_checkable
 class GemmBackend(Protocol):
-    """What the host needs from a backend. Plain objects satisfy it; no base class is required."""
+    """What the host needs from a backend. Plain objects satisfy it; no base class is required.
+
+    Optionally a backend has ``settings_errors(target_arch: str) -> list[str]``: what is wrong with the
+    settings it reads (its own environment variables, the target arch); the dispatcher raises
+    :class:`SettingsError` with them when it is created.
+    """
 
     name: str
     version: str

@@ -70,7 +70,11 @@ def plugin_modules(monkeypatch):
 
 
 def test_discovery_isolates_broken_plugins(plugin_modules):
+    plugin_modules("fake_nameless", "")
+    plugin_modules("fake_none_name", None)
     eps = [
+        FakeEntryPoint("nameless", "fake_nameless", "nameless-dist"),
+        FakeEntryPoint("none_name", "fake_none_name", "none-dist"),
         FakeEntryPoint("good", "fake_good", "good-dist"),
         FakeEntryPoint("missing", "fake_module_that_does_not_exist", "missing-dist"),
         FakeEntryPoint("hookfail", "fake_hook_broken", "hook-dist"),
@@ -82,16 +86,24 @@ def test_discovery_isolates_broken_plugins(plugin_modules):
     assert status["good"] == ("loaded", "")
     assert status["missing"][0] == "error" and "ModuleNotFoundError" in status["missing"][1]
     assert status["hookfail"][0] == "error" and "hook exploded" in status["hookfail"][1]
-    assert reg.plugins[0].distribution == "good-dist" and reg.plugins[0].version == "1.2.3"
+    assert status["nameless"][0] == status["none_name"][0] == "error" and "no name" in status["none_name"][1]
+    assert reg.plugins[2].distribution == "good-dist" and reg.plugins[2].version == "1.2.3"
 
 
-def test_two_backends_with_one_name_is_an_error_naming_both(plugin_modules):
-    reg = registry.load([FakeEntryPoint("good", "fake_good", "good-dist"),
-                         FakeEntryPoint("clash", "fake_clash", "clash-dist")])  # fmt: skip
-    clash = reg.plugins[1]
-    assert clash.status == "error"
-    assert "good-dist" in clash.error and "clash-dist" in clash.error and "alpha" in clash.error.lower()
-    assert reg.providers["alpha"].startswith("entry point 'good'")
+@pytest.mark.parametrize("order", [1, -1])
+def test_two_backends_with_one_name_is_an_error_naming_both(plugin_modules, order):
+    """Neither provider wins (whichever site-packages lists first must not take the dispatch)."""
+    eps = [FakeEntryPoint("good", "fake_good", "good-dist"), FakeEntryPoint("clash", "fake_clash", "clash-dist"),
+           FakeEntryPoint("other", "fake_other", "other-dist")][::order]  # fmt: skip
+    reg = registry.load(eps)
+    assert sorted(reg.backends) == ["beta"]
+    status = {p.name: p for p in reg.plugins}
+    for name in ("good", "clash"):
+        err = status[name].error
+        assert status[name].status == "error" and "good-dist" in err and "clash-dist" in err and "'alpha'" in err
+    assert status["other"].status == "loaded"
+    with pytest.raises(registry.BackendSelectionError, match=r"good-dist.*clash-dist|clash-dist.*good-dist"):
+        reg.get("Alpha")
 
 
 def test_selection_is_case_insensitive_and_unknown_names_list_installed(plugin_modules):
@@ -126,3 +138,21 @@ def test_unknown_backend_fails_loudly():
     with pytest.raises(registry.BackendSelectionError, match="flydsl"):
         dispatch.configure(backend="nosuchbackend", env={})
     dispatch.configure(backend="default", env={})
+
+
+def test_settings_are_validated_when_the_dispatcher_is_created():
+    from te_flydsl_plugin.spec import SettingsError
+
+    try:
+        d = dispatch.configure(backend="flydsl", executor="reference", env={"NVTE_FLYDSL_TARGET_ARCH": " GFX950 "})
+        assert d.settings.target_arch == "gfx950"
+        with pytest.raises(SettingsError, match="unknown NVTE_FLYDSL_TARGET_ARCH 'gfx9999'"):
+            dispatch.configure(backend="flydsl", env={"NVTE_FLYDSL_TARGET_ARCH": "gfx9999"})
+        with pytest.raises(SettingsError, match="executor 'bogus' is not one of auto, flydsl, reference, emulator"):
+            dispatch.configure(backend="flydsl", executor="bogus", env={})
+        assert issubclass(registry.BackendSelectionError, SettingsError)
+    finally:
+        dispatch.configure(backend="default", env={})
+        from te_flydsl_plugin.flydsl.plugin import backend
+
+        backend().select_executor("auto")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On a lent GPU machine with no package index (the H200 here): install the wheels carried in .whl/
-# (importlib_metadata and its needs zipp and lazy_importer, which that image lacks) into /tmp/site, then this project, editable and
+# (whatever that image lacks) into /tmp/site, then this project, editable and
 # without dependencies. Use after TE is installed; then: PYTHONPATH=/tmp/site python3 -m pytest tests/te -q
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

@@ -25,8 +25,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ..host import archs
 from ..spec import Format
-from . import kloop, toolchain
+from . import kloop, matrix, toolchain
 from .kernels.config import KernelConfig
 
 LDS_BUDGET = 160 * 1024
@@ -117,6 +118,7 @@ def _load(cfg: KernelConfig, arch: str, key: str) -> CompiledKernel | None:
 
 
 def _compile(cfg: KernelConfig, arch: str) -> CompiledKernel:
+    archs.require(arch, matrix.ARCHS)  # an ArchError, not LLVM aborting the process on gfx942
     import flydsl.compiler as flyc
 
     from .kernels import gemm
@@ -335,8 +337,11 @@ def precompile(
 ) -> list[dict[str, Any]]:
     """Compile (or load) ``configs`` (default: :data:`BACKED`) and return one ISA report per config.
 
-    ``progress(done, total, report)`` is called after each config, for the CLI's terminal display.
+    ``progress(done, total, report)`` is called after each config, for the CLI's progress display.
+    An arch without kernels raises :class:`~te_flydsl_plugin.host.archs.ArchError` before anything
+    compiles (LLVM aborts the process on some of them: gfx942 cannot expand gfx950's MFMAs).
     """
+    arch = archs.require(arch, matrix.ARCHS)
     todo = BACKED if configs is None else configs
     reports = []
     for i, cfg in enumerate(todo):

@@ -141,11 +141,13 @@ def layouts_of(lhs_k_major: bool, rhs_k_major: bool, fmt: Format) -> tuple[Layou
 
 
 def _backed() -> Backed:
-    """Which combinations compiled kernels back, from the kernel family's BACKED list."""
-    try:
-        from .compiled import BACKED
-    except ImportError:  # the kernel family is not built yet: nothing is backed
-        return {}
+    """Which combinations compiled kernels back, from the kernel family's BACKED list.
+
+    Imported here, not at module level, only to keep ``matrix`` free of the compile cache until asked;
+    an ImportError is a bug in the package and propagates (it must never read as "nothing backed").
+    """
+    from .compiled import BACKED
+
     found: dict[tuple[Format, Format], set[tuple[Layout, Format, str]]] = {}
     for cfg in BACKED:
         pair = (cfg.rhs_format, cfg.lhs_format)  # lhs is TE's B and rhs TE's A (kernels/config.py)

@@ -18,6 +18,7 @@ from ..spec import GemmCall, GemmProblem, Layout
 from . import matrix
 from .check import QUANT_STORAGE
 from .kernels.config import KernelConfig
+from .kernels.select import select
 from .plan_types import GemmPlan, KernelOperand, Piece
 
 # Rows per piece are kept multiples of the output tile, so pieces never split a tile.
@@ -130,12 +131,8 @@ def split(
 
 
 def config_for(problem: GemmProblem, lhs: KernelOperand, rhs: KernelOperand) -> KernelConfig:
-    """The kernel config a plan uses (tiles by the kernel family's heuristic when it has one)."""
+    """The kernel config a plan uses: tiles by the kernel family's heuristic (kernels/select.py)."""
     cfg = KernelConfig(lhs.format, rhs.format, lhs.k_major, rhs.k_major, problem.out_dtype, problem.epilogue)
-    try:
-        from .kernels.select import select
-    except ImportError:
-        return cfg
     return select(cfg, problem.m, problem.n, problem.k)
 
 

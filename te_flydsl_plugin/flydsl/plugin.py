@@ -12,7 +12,7 @@ import os
 import threading
 from typing import Any
 
-from ..spec import Capabilities, GemmCall, GemmProblem, Reason, ReasonCode, Verdict, hookimpl
+from ..spec import Capabilities, GemmCall, GemmProblem, Reason, ReasonCode, SettingsError, Verdict, hookimpl
 from . import check as _check
 from . import matrix
 from .executors import EXECUTORS
@@ -35,14 +35,24 @@ class FlydslBackend:
 
     def __init__(self, executor: str | None = None):
         self._lock = threading.Lock()
+        # Read once, when the registry first loads the plugin (at install); settings_errors() judges it.
         self.requested = (executor or os.environ.get("NVTE_FLYDSL_EXECUTOR") or "auto").strip().lower()
         self._availability: Verdict | None = None
         self._resolved = ""
 
+    def settings_errors(self) -> list[str]:
+        """What is wrong with the settings this backend read; the dispatcher refuses to start on any."""
+        if self.requested in EXECUTORS:
+            return []
+        return [f"NVTE_FLYDSL_EXECUTOR={self.requested!r} is not one of {', '.join(EXECUTORS)}"]
+
     def select_executor(self, executor: str) -> None:
         """Switch executor (tests and tools); availability is re-evaluated on next use."""
+        name = executor.strip().lower()
+        if name not in EXECUTORS:
+            raise SettingsError(f"executor {executor!r} is not one of {', '.join(EXECUTORS)}")
         with self._lock:
-            self.requested = executor.strip().lower()
+            self.requested = name
             self._availability = None
             self._resolved = ""
 

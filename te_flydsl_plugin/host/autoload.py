@@ -11,8 +11,9 @@ extension and every TE tensor class the seam registers are loaded) and runs
 :func:`te_flydsl_plugin.host.te.install` right after that module executes. The hook works whichever
 of torch and TE the script imports first, and it is removed once it has fired.
 
-Values the plugin does not provide (``triton`` on a ROCm TE build, a typo) leave TE alone; a typo
-gets one warning naming the installed backends. ``NVTE_FLYDSL_AUTOLOAD=0`` turns auto-registration
+ROCm TE's own values (``triton``) leave TE alone. Any other value arms the hook; whether it names an
+installed backend is decided at install by the registry, and a typo gets one warning there naming the
+installed backends. ``NVTE_FLYDSL_AUTOLOAD=0`` turns auto-registration
 off while keeping ``NVTE_GEMM_BACKEND`` for an explicit :func:`te_flydsl_plugin.install`. Any
 failure in here warns once and leaves torch and TE running their own GEMMs.
 """
@@ -51,7 +52,9 @@ def warn_once(message: str) -> None:
         if _warned:
             return
         _warned = True
-    warnings.warn(f"[te-flydsl-plugin] {message}", AutoloadWarning, stacklevel=3)
+    # Attributed to the plugin, not to a source line: the line of TE or torch that happened to be
+    # importing says nothing to the user, and the message alone is the whole story (one line).
+    warnings.warn_explicit(message, AutoloadWarning, filename="te-flydsl-plugin", lineno=0)
 
 
 def autoload() -> None:
@@ -65,36 +68,24 @@ def autoload() -> None:
 def arm(env: Mapping[str, str]) -> bool:
     """Install the post-import hook if ``env`` selects a plugin backend; True when it was armed."""
     name = (env.get(BACKEND_ENV) or "").strip().lower()
-    if name in NATIVE_NAMES or (env.get(OFF_ENV) or "").strip() == "0":
+    if name in NATIVE_NAMES or name in TE_IN_TREE_NAMES or (env.get(OFF_ENV) or "").strip() == "0":
         return False
-    installed = plugin_backends()
-    if name not in installed:
-        if name not in TE_IN_TREE_NAMES:
-            warn_once(
-                f"{BACKEND_ENV}={name!r} names no installed plugin backend "
-                f"(installed: {', '.join(sorted(installed)) or 'none'}); TE runs its own GEMMs"
-            )
-        return False
+    # Whether ``name`` is an installed backend is the registry's answer (backend names, which an entry
+    # point's own name need not match), given at install: loading plugins here would run third-party
+    # code inside ``import torch``.
     when_imported(TRIGGER, _install)
     return True
 
 
-def plugin_backends() -> set[str]:
-    """Names of the entry points in the plugin group (read only when the variable selects one)."""
-    from importlib.metadata import entry_points
-
-    from ..spec import ENTRY_POINT_GROUP
-
-    return {ep.name.strip().lower() for ep in entry_points(group=ENTRY_POINT_GROUP)}
-
-
 def _install(_module: ModuleType) -> None:
-    """Install the seam and create the dispatcher now, so a bad configuration warns at import time."""
-    from . import dispatch, te
+    """Install the seam (which creates the dispatcher), so a bad configuration warns at import time."""
+    from ..spec import SettingsError
+    from . import te
 
     try:
         te.install()
-        dispatch.current()
+    except SettingsError as exc:  # install patched nothing; the message names the setting
+        warn_once(f"{exc}; TE runs its own GEMMs")
     except Exception as exc:
         with contextlib.suppress(Exception):  # the warning below is all that is left to do
             te.uninstall()

@@ -1,8 +1,8 @@
 """Problem -> cached verdict -> backend or native, with counters, warn-once, strict mode and a report.
 
-The environment is read once, when the dispatcher is created (at install); nothing here reads it per
-call. One ``check`` runs per distinct problem; forward and backward of one shape therefore take the
-same path for the whole run.
+The environment is read once, when the dispatcher is created (by ``install()``, or ``configure()``),
+and checked then (:func:`validate`); nothing here reads it per call. One ``check`` runs per distinct
+problem; forward and backward of one shape therefore take the same path for the whole run.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..spec import GemmBackend, GemmProblem, Reason, ReasonCode, Verdict
+from ..spec import GemmBackend, GemmProblem, Reason, ReasonCode, SettingsError, Verdict
+from . import archs
 from . import registry as _registry
 from .autoload import NATIVE_NAMES  # one list, kept where torch's start-up hook reads it
 
@@ -223,9 +224,29 @@ _current_lock = threading.Lock()
 _report_registered = False
 
 
+def validate(settings: Settings, backend: GemmBackend | None) -> Settings:
+    """``settings`` with the target arch normalised (host/archs.py), or SettingsError naming every
+    setting that names something nonexistent: the target arch, and what the backend's optional
+    ``settings_errors()`` reports (the FlyDSL backend: ``NVTE_FLYDSL_EXECUTOR``)."""
+    if backend is None:
+        return settings
+    errors: list[str] = []
+    arch = settings.target_arch
+    if arch:
+        try:
+            arch = archs.normalize(arch, "NVTE_FLYDSL_TARGET_ARCH")
+        except SettingsError as exc:
+            errors.append(str(exc))
+    own = getattr(backend, "settings_errors", None)
+    errors += own() if own is not None else []
+    if errors:
+        raise SettingsError("; ".join(errors))
+    return replace(settings, target_arch=arch)
+
+
 def _create(settings: Settings) -> Dispatcher:
     backend = _registry.registry().get(settings.backend) if settings.backend else None
-    return Dispatcher(settings, backend)
+    return Dispatcher(validate(settings, backend), backend)
 
 
 def current() -> Dispatcher:

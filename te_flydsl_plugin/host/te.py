@@ -267,13 +267,17 @@ def install() -> bool:
 
     Idempotent (a second call is a no-op returning False), thread-safe, and reversible with
     :func:`uninstall`. Imports ``transformer_engine.pytorch`` if TE is not loaded yet. Raises
-    ImportError when TE is not installed.
+    ImportError when TE is not installed. Creates the process's dispatcher unless one exists, so the
+    settings are read and checked here: a setting naming something nonexistent raises
+    :class:`~te_flydsl_plugin.spec.SettingsError` and nothing is patched.
     """
     global _state, _types_registered
+    from . import dispatch
     from .wrapper import wrap_generic_gemm
 
     with _lock:
         tex = _load_tex()
+        dispatch.current()
         current = tex.generic_gemm
         if _state is not None and current is _state.wrapper:
             return False
@@ -298,9 +302,21 @@ def _load_tex() -> ModuleType:
     not loaded yet, importing ``transformer_engine.pytorch`` is what loads it."""
     tex = sys.modules.get(TEX_MODULE)
     if tex is None:
-        importlib.import_module("transformer_engine.pytorch")
-        tex = sys.modules.get(TEX_MODULE) or importlib.import_module(TEX_MODULE)
+        try:
+            importlib.import_module("transformer_engine.pytorch")
+            tex = sys.modules.get(TEX_MODULE) or importlib.import_module(TEX_MODULE)
+        except ImportError as exc:  # the one line a user needs, not TE's import chain
+            raise ImportError(_missing_te(exc)) from None
     return tex
+
+
+def _missing_te(exc: ImportError) -> str:
+    """Why TE cannot be loaded, in one line: not installed, or installed but failing to import."""
+    head = "te_flydsl_plugin.install(): Transformer Engine for PyTorch"
+    if isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] == "transformer_engine":
+        return f"{head} is not installed (no module {exc.name!r}); install transformer_engine[pytorch] first"
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return f"{head} is installed but does not import ({type(exc).__name__}: {first})"
 
 
 def uninstall() -> bool:

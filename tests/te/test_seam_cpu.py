@@ -258,7 +258,7 @@ def test_autoload_typo_warns_once_and_leaves_te_alone(fake_te: Path) -> None:
     r = _run(AUTOLOAD_THEN_TE + "    autoload.autoload()\n", fake_te, {"NVTE_GEMM_BACKEND": "flydls"})
     assert r.returncode == 0, r.stderr
     assert "installed False False" in r.stdout
-    assert r.stderr.count("names no installed plugin backend") == 1, r.stderr
+    assert r.stderr.count("names no installed GEMM backend (installed: flydsl") == 1, r.stderr
 
 
 def test_autoload_failure_warns_and_te_still_imports(fake_te: Path) -> None:
@@ -286,7 +286,7 @@ def test_entry_point_with_the_variable_unset_imports_nothing_heavy() -> None:
         from te_flydsl_plugin.host import autoload
         autoload.autoload()
         ms = (time.perf_counter() - t) * 1e3
-        heavy = sorted(m for m in ("torch", "pluggy", "importlib_metadata", "te_flydsl_plugin.host.dispatch",
+        heavy = sorted(m for m in ("torch", "pluggy", "importlib.metadata", "te_flydsl_plugin.host.dispatch",
                                    "te_flydsl_plugin.host.te") if m in sys.modules)
         print("HEAVY", heavy, "MS", ms)
     """
@@ -294,3 +294,76 @@ def test_entry_point_with_the_variable_unset_imports_nothing_heavy() -> None:
     assert r.returncode == 0, r.stderr
     assert "HEAVY [] " in r.stdout, r.stdout
     assert float(r.stdout.split("MS")[1]) < 50, r.stdout
+
+
+def test_autoload_arms_for_backend_names_not_entry_point_names(monkeypatch, recwarn) -> None:
+    """The registry selects by backend name; an entry point may provide backends of other names, so
+    auto-registration must not judge NVTE_GEMM_BACKEND by entry-point names (it leaves that to install)."""
+    import importlib.metadata
+
+    class EntryPoint:
+        name = "acme-plugin"  # provides a backend called "acme": only the registry knows that
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda **_: [EntryPoint()])
+    before = list(sys.meta_path)
+    try:
+        assert autoload.arm({"NVTE_GEMM_BACKEND": "acme"}) is True
+        assert not recwarn.list
+    finally:
+        sys.meta_path[:] = before
+
+
+AUTOLOAD_THEN_INSTALL = """
+    from te_flydsl_plugin.host import autoload
+    autoload.autoload()
+    import transformer_engine.pytorch
+    import transformer_engine_torch as tex
+    import te_flydsl_plugin
+    print("patched", hasattr(tex.generic_gemm, "__te_flydsl_native__"))
+    try:
+        print("install returned", te_flydsl_plugin.install())
+    except Exception as exc:
+        print("install raised", type(exc).__name__, exc)
+    print("patched", hasattr(tex.generic_gemm, "__te_flydsl_native__"))
+"""
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        (
+            {"NVTE_GEMM_BACKEND": "bogus"},
+            "NVTE_GEMM_BACKEND='bogus' names no installed GEMM backend (installed: flydsl",
+        ),
+        (
+            {"NVTE_GEMM_BACKEND": "flydsl", "NVTE_FLYDSL_EXECUTOR": "bogus"},
+            "NVTE_FLYDSL_EXECUTOR='bogus' is not one of",
+        ),
+        (
+            {"NVTE_GEMM_BACKEND": "flydsl", "NVTE_FLYDSL_TARGET_ARCH": "bogus"},
+            "unknown NVTE_FLYDSL_TARGET_ARCH 'bogus'",
+        ),
+    ],
+)
+def test_a_bad_setting_warns_once_at_import_and_install_refuses(fake_te: Path, env, named) -> None:
+    """Loud, for a training script: one warning line when TE loads (no source line under it), TE keeps
+    its own GEMM; an explicit install() raises the same one-line SettingsError instead of patching."""
+    r = _run(AUTOLOAD_THEN_INSTALL, fake_te, {"NVTE_FLYDSL_EXECUTOR": "", "NVTE_FLYDSL_TARGET_ARCH": "", **env})
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and named in lines[0] and "AutoloadWarning" in lines[0], r.stderr
+    assert r.stdout.splitlines()[0] == "patched False", r.stdout
+    assert f"install raised SettingsError {named}" in r.stdout or "install raised BackendSelectionError" in r.stdout
+    assert named in r.stdout.splitlines()[1] and r.stdout.splitlines()[2] == "patched False", r.stdout
+
+
+@pytest.mark.parametrize("missing", ["transformer_engine", "transformer_engine.pytorch"])
+def test_install_without_te_is_one_clear_line(monkeypatch, missing: str) -> None:
+    monkeypatch.delitem(sys.modules, "transformer_engine_torch", raising=False)
+    monkeypatch.setitem(sys.modules, missing, None)  # the import fails as if TE were not installed
+    with pytest.raises(ImportError) as info:
+        te.install()
+    message = str(info.value)
+    assert "\n" not in message and "Transformer Engine" in message and "install()" in message, message
+    assert info.value.__cause__ is None and info.value.__suppress_context__  # no chained traceback
+    assert not te.is_installed()
