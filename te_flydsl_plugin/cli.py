@@ -656,7 +656,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lds", action="store_true", help="also count LDS bank conflicts on one emulated tile per config")
 
     p = add("estimate", cmd_estimate, "predicted time of every backed config on an LLM shape suite or one shape")
-    p.add_argument("--suite", default="llm", choices=["llm", "square"])
+    p.add_argument("--suite", default="llm", choices=["llm", "square"], help="the shape suite (default llm)")
     p.add_argument("--kinds", default="bf16,fp8,mxfp8", help="comma list of bf16, fp16, fp8, mxfp8")
     p.add_argument("--shape", default="", help="one TN GEMM MxNxK instead of a suite")
     p.add_argument("--tokens", type=int, default=8192, help="tokens per micro-batch (M of fprop / dgrad)")

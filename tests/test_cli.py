@@ -276,7 +276,7 @@ def test_precompile_through_a_pipe_reports_progress_on_stderr(capsys, monkeypatc
     def report(cfg, arch):
         return {"config": cfg.name, "mfma": "m", "mfma_count": 1, "vgpr": 1, "agpr": 0, "agpr_accumulators": 0,
                 "vgpr_accumulators": 1, "lds_bytes": 0, "scratch_bytes": 0, "spills": 0, "compile_s": 1.5,
-                "from_disk": False, "ok": True}  # fmt: skip
+                "from_disk": False, "ok": True, "kloop": {"found": False}}  # fmt: skip
 
     monkeypatch.setattr(compiled, "isa_report", report)
     monkeypatch.setattr(toolchain, "find_ld_lld", lambda: "/usr/bin/ld.lld")
