@@ -20,7 +20,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from te_flydsl_plugin.flydsl.emulator import Hazard, launch, pack_named_kernarg
+from te_flydsl_plugin.flydsl.emulator import EmulatorError, Hazard, launch, pack_named_kernarg
 from te_flydsl_plugin.flydsl.emulator.decode import Inst
 
 from .aiter_wheel import code_object, mx_dequant, pack_fp4, preshuffle_b, shuffle_scales
@@ -236,3 +236,10 @@ def test_f8_block_scale_race_shows_when_waves_run_to_their_barrier() -> None:
     runs check them.)"""
     out, ref = _f8_block_scale(32, 32, 512, "barrier", lambda h: True)
     assert not torch.allclose(out, ref, rtol=2**-8, atol=1e-3 * ref.abs().max().item())
+
+
+def test_named_kernarg_refuses_a_name_the_kernel_lacks() -> None:
+    """Packing by the metadata's names: the splitk-less noBpreShuffle f4gemm has no ``log2_k_split``."""
+    co = code_object("f4gemm/f4gemm_bf16_per1x32Fp4_noBpreShuffle_256x256.co")
+    with pytest.raises(EmulatorError, match="'log2_k_split': 0 arguments of that name"):
+        pack_named_kernarg(co, None, {"Mdim": 1, "log2_k_split": 0})
