@@ -188,7 +188,7 @@ F8_TILE_N = 256  # per workgroup: gdx = ceil(N / (TileN * 2)), TileN = 128
 def _f8_known_hazard(h: Hazard) -> bool:
     """What the emulator reports in every f8_block_scale kernel (docs/emulator.md, "The aiter oracle"):
     the epilogue stages D in LDS that other waves' last A/B fragment reads use, with no barrier
-    between (safe on hardware by timing: those reads issue right after the preceding barrier), and
+    between (presumably safe on hardware by timing: those reads issue right after the preceding barrier), and
     a ``v_fma_f32`` that reads an FP8 MFMA's result 10 or 11 wait states after it, where LLVM's gfx950
     rule for an 8-pass XDL MFMA asks 12."""
     if h.kind == "lds-race":
