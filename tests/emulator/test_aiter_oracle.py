@@ -20,7 +20,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from te_flydsl_plugin.flydsl.emulator import Hazard, launch, pack_named_kernarg
+from te_flydsl_plugin.flydsl.emulator import EmulatorError, Hazard, launch, pack_named_kernarg
 from te_flydsl_plugin.flydsl.emulator.decode import Inst
 
 from .aiter_wheel import code_object, mx_dequant, pack_fp4, preshuffle_b, shuffle_scales
@@ -111,14 +111,15 @@ def _f4gemm(
     m_pad = _cdiv(m, tile_m) * tile_m  # aiter pads A's rows and D's to whole tiles (gemm_op_a4w4.py)
     a = torch.zeros(m_pad, k // 2, dtype=torch.uint8)
     a[:m] = pack_fp4(a_codes)
-    b = preshuffle_b(pack_fp4(b_codes))
+    shuffled = tile.startswith("BpreShuffle")  # else B is plain [N, K/2]
+    b = preshuffle_b(pack_fp4(b_codes)) if shuffled else pack_fp4(b_codes)
     sa, sb = shuffle_scales(a_scale), shuffle_scales(b_scale)
     out = torch.full((m_pad + tile_m, n), GUARD, dtype=torch.bfloat16)
     out[:m_pad] = 0.0
     args = {"D": out, "C": None, "A": a, "B": b, "alpha": 1.0, "beta": 0.0, "strideC0": n}
     args |= {"strideA0": k, "strideB0": k, "Mdim": m, "Ndim": n, "Kdim": k}  # in FP4 elements
     args |= {"ScaleA": sa, "ScaleB": sb, "strideScaleA0": sa.shape[1], "strideScaleB0": sb.shape[1]}
-    args |= {"log2_k_split": log2_k_split}
+    args |= {"log2_k_split": log2_k_split} if shuffled else {}  # noBpreShuffle has no split-K argument
     k_piece = _cdiv(_cdiv(k, 1 << log2_k_split), 256) * 256
     _run(co, args, (_cdiv(n, tile_n), _cdiv(m, tile_m), _cdiv(k, k_piece)))
     assert (out[m_pad:] == GUARD).all(), "written beyond the padded output"
@@ -152,13 +153,15 @@ def _assert_bf16_result(out: torch.Tensor, ref: torch.Tensor, magnitude: torch.T
         ("BpreShuffle_96x128", 96, 384, 256, 0),
         ("BpreShuffle_256x256", 200, 256, 512, 0),
         ("BpreShuffle_256x256", 130, 256, 1024, 1),
+        ("noBpreShuffle_256x256", 100, 256, 512, 0),
     ],
 )
 def test_f4gemm_mxfp4(tile: str, m: int, n: int, k: int, split: int) -> None:
     """``f4gemm_bf16_per1x32Fp4_<tile>``: MXFP4 with random codes and E8M0 scales that vary by row,
     K block and column (2^-7 .. 2^3), B in aiter's pre-shuffled layout, both scale arrays in its
-    ``e8m0_shuffle`` layout, a partial last M tile, split-K (the 256x256 config). The kernels use
-    all four scale bytes of each operand (``op_sel``/``op_sel_hi`` 0..3)."""
+    ``e8m0_shuffle`` layout (noBpreShuffle: B plain, its epilogue in VGPR index mode), a partial last
+    M tile, split-K (the 256x256 config). The kernels use all four scale bytes of each operand
+    (``op_sel``/``op_sel_hi`` 0..3)."""
     _assert_bf16_result(*_f4gemm(tile, m, n, k, split))
 
 
@@ -185,7 +188,7 @@ F8_TILE_N = 256  # per workgroup: gdx = ceil(N / (TileN * 2)), TileN = 128
 def _f8_known_hazard(h: Hazard) -> bool:
     """What the emulator reports in every f8_block_scale kernel (docs/emulator.md, "The aiter oracle"):
     the epilogue stages D in LDS that other waves' last A/B fragment reads use, with no barrier
-    between (safe on hardware by timing: those reads issue right after the preceding barrier), and
+    between (presumably safe on hardware by timing: those reads issue right after the preceding barrier), and
     a ``v_fma_f32`` that reads an FP8 MFMA's result 10 or 11 wait states after it, where LLVM's gfx950
     rule for an 8-pass XDL MFMA asks 12."""
     if h.kind == "lds-race":
@@ -236,3 +239,10 @@ def test_f8_block_scale_race_shows_when_waves_run_to_their_barrier() -> None:
     runs check them.)"""
     out, ref = _f8_block_scale(32, 32, 512, "barrier", lambda h: True)
     assert not torch.allclose(out, ref, rtol=2**-8, atol=1e-3 * ref.abs().max().item())
+
+
+def test_named_kernarg_refuses_a_name_the_kernel_lacks() -> None:
+    """Packing by the metadata's names: the splitk-less noBpreShuffle f4gemm has no ``log2_k_split``."""
+    co = code_object("f4gemm/f4gemm_bf16_per1x32Fp4_noBpreShuffle_256x256.co")
+    with pytest.raises(EmulatorError, match="'log2_k_split': 0 arguments of that name"):
+        pack_named_kernarg(co, None, {"Mdim": 1, "log2_k_split": 0})

@@ -589,3 +589,30 @@ def test_branch_to_a_named_label_stays_in_the_kernel() -> None:
     (insts,) = decode_text(text, {"kern"}).values()
     assert [i.opcode for i in insts] == ["s_branch", "s_nop", "s_endpgm"]
     assert insts[0].branch_target == 0x1008 and "error" not in insts[0].extra
+
+
+def test_vgpr_index_mode_shifts_the_enabled_operands() -> None:
+    """s_set_gpr_idx_on (CDNA3 ISA): M0[7:0] = the index, M0[15:12] = the mode; until
+    s_set_gpr_idx_off the enabled vector operands are relative to it (here SRC0, then DST)."""
+
+    def setup(w):  # type: ignore[no-untyped-def]
+        for r in range(4):
+            vset(w, r, 100 + r)
+        w.a[2] = 77
+
+    (w,) = Program(
+        """
+        s_mov_b32 s0, 2
+        s_set_gpr_idx_on s0, gpr_idx(SRC0)
+        v_mov_b32_e32 v10, v1
+        v_accvgpr_read_b32 v11, a0
+        s_set_gpr_idx_off
+        v_mov_b32_e32 v12, v1
+        s_set_gpr_idx_on s0, gpr_idx(DST)
+        v_mov_b32_e32 v20, v1
+        s_set_gpr_idx_off
+        """
+    ).run(setup)
+    assert (w.v[10] == 103).all() and (w.v[11] == 77).all() and (w.v[12] == 101).all()
+    assert (w.v[22] == 101).all() and (w.v[20] == 0).all()
+    assert w.s[124] & 0xFF == 2 and (w.s[124] >> 12) & 0xF == 8  # M0 of the last ON: index 2, DST

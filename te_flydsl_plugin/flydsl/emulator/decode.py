@@ -38,6 +38,7 @@ _REG_RE = re.compile(r"^(v|s|a|ttmp)(?:(\d+)|\[(\d+):(\d+)\])$")
 _LINE_RE = re.compile(r"^\s+(\S+)(.*?)\s*//\s*([0-9A-Fa-f]+):((?:\s[0-9A-F]{8})+)")
 _LABEL_RE = re.compile(r"^([0-9a-f]+) <([^>]+)>:")
 _SYMBOL_RE = re.compile(r"[A-Za-z_.$][\w.$]*")
+_GPR_IDX_RE = re.compile(r"^gpr_idx\(([A-Z0-9,]*)\)$")
 
 
 @dataclass(frozen=True)
@@ -160,8 +161,11 @@ def parse_line(asm: str, address: int, words: tuple[int, ...]) -> Inst:
         toks = _split_top(piece.strip(), " ")
         for tok in (t for t in toks if t):
             mm = _MODIFIER_RE.match(tok)
+            gm = _GPR_IDX_RE.match(tok)
             if tok in _BARE_MODIFIERS:
                 modifiers[tok] = "1"
+            elif gm:  # s_set_gpr_idx_on's index mode
+                modifiers["gpr_idx"] = gm.group(1)
             elif mm and not _REG_RE.match(tok):
                 modifiers[mm.group(1)] = mm.group(2)
             else:

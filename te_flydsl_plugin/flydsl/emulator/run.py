@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import ops_cvt, ops_mem, ops_mfma, ops_salu, ops_valu  # noqa: F401  (register the opcodes)
+from . import indexmode, ops_cvt, ops_mem, ops_mfma, ops_salu, ops_valu  # noqa: F401  (register the opcodes)
 from .bind import OPS, BindContext, Binder, Step, base_opcode
 from .codeobject import CodeObject, Kernel, parse
 from .decode import Inst, decode_text
@@ -94,14 +94,21 @@ def _binder_for(opcode: str) -> Binder | None:
 
 def _bind(insts: list[Inst], ctx: BindContext, banks: BankStats | None = None) -> list[Step]:
     steps: list[Step] = []
+    index_mode: tuple[str, ...] = ()  # operands made relative by a preceding s_set_gpr_idx_on
     for inst in insts:
         binder = _binder_for(inst.opcode)
         if "error" in inst.extra:
             step = _unknown(inst, ctx.kernel, f"undecodable ({inst.extra['error']})")
         elif binder is None:
             step = _unknown(inst, ctx.kernel)
+        elif index_mode:
+            step = indexmode.indexed(inst, ctx, binder, index_mode)
         else:
             step = binder(inst, ctx)
+        if inst.opcode == "s_set_gpr_idx_on" and "error" not in inst.extra:
+            index_mode = indexmode.mode(inst)
+        elif inst.opcode == "s_set_gpr_idx_off":
+            index_mode = ()
         if inst.opcode in ("s_barrier", "s_endpgm"):
             step = _yielding(step)
         if banks is not None:  # counts the DS instruction's bank cycles from its lane addresses
