@@ -36,6 +36,7 @@ import numpy as np
 
 from .decode import Inst
 from .machine import LANES, Wave
+from .ops_mem import DS_READ_BYTES, DS_READ_TR, DS_WRITE_BYTES
 
 BANKS = 64  # gfx950 LDS banks (AMD CDNA4 ISA via AMD's ROCm CDNA4 GEMM blog, table 1)
 BANK_BYTES = 4
@@ -43,25 +44,10 @@ BYTES_PER_CLOCK = 256  # gfx950 LDS read bandwidth per CU per clock (same source
 
 # Bytes per lane of each counted DS opcode (one access; read2/write2 make two of the element size).
 _WIDTH = {
-    "ds_read_b32": 4,
-    "ds_read_b64": 8,
-    "ds_read_b96": 12,
-    "ds_read_b128": 16,
-    "ds_read_u8": 1,
-    "ds_read_i8": 1,
-    "ds_read_u16": 2,
-    "ds_read_i16": 2,
-    "ds_read_b64_tr_b4": 8,
-    "ds_read_b64_tr_b8": 8,
-    "ds_read_b64_tr_b16": 8,
-    "ds_write_b8": 1,
-    "ds_write_b16": 2,
-    "ds_write_b32": 4,
-    "ds_write_b64": 8,
-    "ds_write_b96": 12,
-    "ds_write_b128": 16,
-    "ds_write_b8_d16_hi": 1,
-    "ds_write_b16_d16_hi": 2,
+    **DS_READ_BYTES,
+    **DS_WRITE_BYTES,
+    **{f"{k}_d16_hi": v for k, v in DS_WRITE_BYTES.items() if v <= 2},
+    **dict.fromkeys(DS_READ_TR, 8),
 }
 _PAIRED = {"ds_read2_b32": 4, "ds_read2_b64": 8, "ds_read2st64_b32": 4, "ds_read2st64_b64": 8}
 _PAIRED |= {k.replace("read", "write"): v for k, v in _PAIRED.items()}

@@ -449,7 +449,7 @@ for _k in _ATOMIC_KINDS:
 
 # -- LDS ------------------------------------------------------------------------------------------
 
-_DS_READ = {
+DS_READ_BYTES = {  # bytes per lane of each plain DS read (CDNA3/CDNA4 ISA, DS opcodes)
     "ds_read_b32": 4,
     "ds_read_b64": 8,
     "ds_read_b96": 12,
@@ -459,7 +459,7 @@ _DS_READ = {
     "ds_read_u16": 2,
     "ds_read_i16": 2,
 }
-_DS_WRITE = {
+DS_WRITE_BYTES = {  # bytes per lane of each plain DS write (same source)
     "ds_write_b8": 1,
     "ds_write_b16": 2,
     "ds_write_b32": 4,
@@ -483,9 +483,9 @@ def _lds_gather(lds: np.ndarray, addrs: np.ndarray, nbytes: int) -> tuple[np.nda
     return out, idx[inr]
 
 
-@op(*_DS_READ)
+@op(*DS_READ_BYTES)
 def _ds_read(inst: Inst, ctx: BindContext) -> Step:
-    nbytes = _DS_READ[inst.opcode]
+    nbytes = DS_READ_BYTES[inst.opcode]
     d, a = inst.operands[:2]
     off = inst.mod_int("offset", 0)
     addr = _lds_addr(ctx, inst, a)
@@ -539,11 +539,11 @@ def _lds_scatter(lds: np.ndarray, addrs: np.ndarray, data: np.ndarray) -> np.nda
     return idx[inr]
 
 
-@op(*_DS_WRITE, "ds_write_b8_d16_hi", "ds_write_b16_d16_hi")
+@op(*DS_WRITE_BYTES, "ds_write_b8_d16_hi", "ds_write_b16_d16_hi")
 def _ds_write(inst: Inst, ctx: BindContext) -> Step:
     name = inst.opcode
     hi = name.endswith("_d16_hi")
-    nbytes = _DS_WRITE[name.removesuffix("_d16_hi")]
+    nbytes = DS_WRITE_BYTES[name.removesuffix("_d16_hi")]
     a, data = inst.operands[:2]
     off = inst.mod_int("offset", 0)
     addr = _lds_addr(ctx, inst, a)
@@ -611,7 +611,10 @@ def _ds_permute(inst: Inst, ctx: BindContext) -> Step:
     return step
 
 
-@op("ds_read_b64_tr_b16", "ds_read_b64_tr_b8", "ds_read_b64_tr_b4")
+DS_READ_TR = ("ds_read_b64_tr_b16", "ds_read_b64_tr_b8", "ds_read_b64_tr_b4")  # 8 bytes per lane each
+
+
+@op(*DS_READ_TR)
 def _ds_read_tr(inst: Inst, ctx: BindContext) -> Step:
     """gfx950 transposing LDS read: each lane addresses 64 bits, then lanes exchange elements.
 
