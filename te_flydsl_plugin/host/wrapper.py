@@ -16,10 +16,10 @@ from typing import Any
 import torch
 
 from ..spec import GemmCall
-from . import dispatch, operands, problem
+from . import dispatch, operands, problem, signature
 from .device import arch_of
+from .signature import TAIL_KEYWORDS
 
-_TAIL = ("comm_overlap", "comm_type", "extra_output", "bulk_overlap", "alpha", "beta")
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
@@ -47,35 +47,20 @@ def wrap_generic_gemm(native: Callable[..., Any]) -> Callable[..., Any]:
     """Return ``generic_gemm`` dispatching through the current dispatcher, falling back to ``native``."""
 
     @functools.wraps(native)
-    def generic_gemm(
-        A: Any,
-        transA: bool,
-        B: Any,
-        transB: bool,
-        D: Any,
-        quantizer: Any,
-        output_dtype: Any,
-        bias: Any,
-        bias_type: Any,
-        gelu: bool,
-        gelu_in: Any,
-        grad: bool,
-        workspace: Any,
-        workspace_size: int,
-        accumulate: bool,
-        use_split_accumulator: bool,
-        *rest: Any,
-        **kwargs: Any,
-    ) -> Any:
-        args = (A, transA, B, transB, D, quantizer, output_dtype, bias, bias_type, gelu, gelu_in, grad,
-                workspace, workspace_size, accumulate, use_split_accumulator)  # fmt: skip
+    def generic_gemm(*args: Any, **kwargs: Any) -> Any:
         d = dispatch._current or dispatch.current()
         if d.passthrough:
             if d.backend is not None:
                 d.ran_unavailable()
-            return native(*args, *rest, **kwargs)
-        # TE passes the tail as keywords; a positional tail is merged for reading only, never forwarded so.
-        get = kwargs.get if not rest else {**dict(zip(_TAIL, rest, strict=False)), **kwargs}.get
+            return native(*args, **kwargs)
+        # TE passes sixteen positionals and the tail by keyword; anything else is bound as TE's binding
+        # would bind it (TypeError where TE raises one), read only, and forwarded as it came.
+        if len(args) == 16 and (not kwargs or TAIL_KEYWORDS.issuperset(kwargs)):
+            required, get = args, kwargs.get
+        else:
+            required, tail = signature.bind(args, kwargs)
+            get = tail.get
+        A, transA, B, transB, D, quantizer, output_dtype, bias, _, gelu, gelu_in, grad, _, _, accumulate, _ = required
         comm, ctype, extra = get("comm_overlap"), get("comm_type"), get("extra_output")
         bulk, alpha, beta = get("bulk_overlap", False), get("alpha", 1.0), get("beta")
         va = A if type(A) in _PLAIN else operands.view(A)
@@ -94,17 +79,18 @@ def wrap_generic_gemm(native: Callable[..., Any]) -> Callable[..., Any]:
             None if tb is None else (tb.is_cuda, tb.get_device(), tb.is_meta),
         )  # fmt: skip
         decision = d.cache.get(key)
+        tail = (comm, ctype, extra, bulk, alpha, beta)
         if decision is None:
-            call = _call(va, vb, args, (comm, ctype, extra, bulk, alpha, beta))
             dev = _device(vb)
             arch = d.settings.target_arch or arch_of(*dev)
+            call = _call(va, vb, required, tail)
             decision = d.decide(key, problem.build(call, operands.spec_of(va), operands.spec_of(vb), arch, dev[0]))
         if decision.ok:
-            out = d.backend.run(decision.problem, _call(va, vb, args, (comm, ctype, extra, bulk, alpha, beta)))
+            out = d.backend.run(decision.problem, _call(va, vb, required, tail))
             d.ran_backend()
             return out
         d.ran_native(decision)
-        return native(*args, *rest, **kwargs)
+        return native(*args, **kwargs)
 
     generic_gemm.__te_flydsl_native__ = native  # type: ignore[attr-defined]
     return generic_gemm
