@@ -57,3 +57,26 @@ def test_every_argument_may_come_by_keyword(reference_dispatcher, native):
     res = tp.wrap_generic_gemm(native)(**dict(zip(REQUIRED, args, strict=True)), alpha=2.0)
     torch.testing.assert_close(res[0], 2.0 * args[2] @ args[0].t())
     assert not native.calls
+
+
+# ---------------------------------------------------------------- item 6 and 13: counting, raising check
+
+
+def test_the_report_counts_calls_not_reasons(reference_dispatcher, native):
+    """Two FORMAT reasons (fp64 A and fp64 B) on one call are one FORMAT decline."""
+    a, b = torch.randn(16, 32, dtype=torch.float64), torch.randn(24, 32, dtype=torch.float64)
+    gemm = tp.wrap_generic_gemm(native)
+    gemm(*tn_args(A=a, B=b))
+    gemm(*tn_args(A=a, B=b))
+    s = tp.stats()
+    assert s["by_reason"] == {"FORMAT": 2} and s["total"] == 2, s
+    assert "declined [FORMAT]: 2" in reference_dispatcher.report()
+
+
+def test_dispatch_copies_no_iterator():
+    """copy.copy of itertools.count is deprecated (removed in Python 3.14); counters never need it."""
+    import inspect
+
+    from te_flydsl_plugin.host import dispatch
+
+    assert "copy" not in inspect.getsource(dispatch)

@@ -87,7 +87,7 @@ def wrap_generic_gemm(native: Callable[..., Any]) -> Callable[..., Any]:
             decision = d.decide(key, problem.build(call, operands.spec_of(va), operands.spec_of(vb), arch, dev[0]))
         if decision.ok:
             out = d.backend.run(decision.problem, _call(va, vb, required, tail))
-            d.ran_backend()
+            decision.tally.hit()
             return out
         d.ran_native(decision)
         return native(*args, **kwargs)
