@@ -80,3 +80,107 @@ def test_dispatch_copies_no_iterator():
     from te_flydsl_plugin.host import dispatch
 
     assert "copy" not in inspect.getsource(dispatch)
+
+
+# ---------------------------------------------------------------- item 2: operand starts
+
+
+def declined_to_te(native, args: tuple, code: str) -> None:
+    """The call went to TE with exactly its arguments, declined for ``code``."""
+    s = tp.stats()
+    assert s["by_backend"] == {"native": 1} and code in s["by_reason"], s
+    got, kwargs = native.calls[-1]
+    assert len(got) == len(args) and all(x is y for x, y in zip(got, args, strict=True)) and not kwargs
+
+
+def offset_view(shape: tuple[int, ...], offset: int, dtype=torch.bfloat16) -> torch.Tensor:
+    """A contiguous tensor of ``shape`` starting ``offset`` elements into its storage."""
+    n = 1
+    for s in shape:
+        n *= s
+    return torch.randn(n + offset).to(dtype)[offset:].view(shape)
+
+
+@pytest.fixture
+def emulator_dispatcher():
+    from te_flydsl_plugin.flydsl import toolchain
+    from te_flydsl_plugin.host import dispatch
+
+    if toolchain.find_ld_lld() is None:
+        pytest.skip("no ld.lld >= 18: gfx950 code cannot be compiled")
+    d = dispatch.configure(backend="flydsl", executor="emulator", env={})
+    yield d
+    dispatch.configure(backend="default", executor=None, env={})
+    from te_flydsl_plugin.flydsl.plugin import backend
+
+    backend().select_executor("auto")
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize(("which", "offset"), [("A", 1), ("A", 4), ("B", 1), ("B", 4)])
+def test_an_operand_off_a_16_byte_start_is_declined(emulator_dispatcher, native, which, offset):
+    m, n, k = 72, 40, 128  # the emulator's bf16 TN case (its kernel is compiled already)
+    shape = (n, k) if which == "A" else (m, k)
+    args = tn_args(m, n, k, **{which: offset_view(shape, offset)}, **{"AB".replace(which, ""): torch.randn(
+        (m, k) if which == "A" else (n, k)).bfloat16()})  # fmt: skip
+    args = (*args[:6], torch.float32, *args[7:])
+    tp.wrap_generic_gemm(native)(*args)
+    declined_to_te(native, args, "ALIGNMENT")
+    assert "vector loads need 16" in str(tp.stats()["fallbacks"][0]["reasons"])
+
+
+@pytest.mark.emulator
+def test_an_operand_on_a_16_byte_start_runs_in_the_emulator(emulator_dispatcher, native):
+    m, n, k = 72, 40, 128
+    a, b = offset_view((n, k), 8), offset_view((m, k), 16)  # 16 and 32 bytes in
+    res = tp.wrap_generic_gemm(native)(*tn_args(m, n, k, A=a, B=b))
+    assert tp.stats()["by_backend"] == {"flydsl": 1}
+    torch.testing.assert_close(res[0], b.float() @ a.float().t(), rtol=2e-5, atol=2e-5)
+
+
+def test_the_verdict_cache_tells_d_starts_apart(reference_dispatcher, native):
+    """An aligned D first, then a D of the same shape one element in: the second must not reuse the verdict."""
+    gemm = tp.wrap_generic_gemm(native)
+    gemm(*tn_args(D=torch.empty(24, 16)))
+    assert tp.stats()["by_backend"] == {"flydsl": 1}
+    tp.reset_stats()
+    args = tn_args(D=offset_view((24, 16), 1, torch.float32))
+    gemm(*args)
+    declined_to_te(native, args, "ALIGNMENT")
+
+
+# ---------------------------------------------------------------- item 3: devices
+
+
+@pytest.mark.parametrize(
+    ("where", "code"),
+    [
+        ({"A": "meta"}, "SHAPE"),
+        ({"B": "meta"}, "SHAPE"),
+        ({"A": "meta", "B": "meta"}, "FEATURE"),  # D on CPU: mixed too, and meta
+        ({"A": "meta", "B": "meta", "D": "meta"}, "FEATURE"),
+        ({"bias": "meta"}, "SHAPE"),
+        ({"D": "meta"}, "SHAPE"),
+    ],
+    ids=lambda w: "+".join(f"{k}={v}" for k, v in w.items()) if isinstance(w, dict) else w,
+)
+def test_meta_and_mixed_devices_are_declined(reference_dispatcher, native, where, code):
+    m, n, k = 24, 16, 32
+    t = {
+        "A": torch.randn(n, k, device=where.get("A", "cpu")),
+        "B": torch.randn(m, k, device=where.get("B", "cpu")),
+        "D": torch.empty(m, n, device=where.get("D", "cpu")),
+    }
+    if "bias" in where:
+        t["bias"] = torch.randn(n, device="meta")
+    args = tn_args(m, n, k, **t)
+    tp.wrap_generic_gemm(native)(*args)
+    declined_to_te(native, args, code)
+
+
+def test_the_operand_start_rule_is_the_kernels_dma_width():
+    pytest.importorskip("flydsl")
+    from te_flydsl_plugin.flydsl import matrix
+    from te_flydsl_plugin.flydsl.kernels import gemm
+
+    assert matrix.OPERAND_ALIGN == gemm.DMA_BYTES

@@ -92,6 +92,7 @@ def build(call: GemmCall, a_spec: OperandSpec, b_spec: OperandSpec, arch: str, d
     aux = call.gelu_in if call.gelu else None
     if aux is not None and aux.numel() != math.prod(out_shape):
         errors.append(f"gelu_in holds {aux.numel()} elements, the {out_shape} output needs {math.prod(out_shape)}")
+    devices = {*a_spec.devices, *b_spec.devices, *operands.devices_of(d, call.bias, aux)}
     return GemmProblem(
         layout=layout,
         m=m,
@@ -124,5 +125,6 @@ def build(call: GemmCall, a_spec: OperandSpec, b_spec: OperandSpec, arch: str, d
         ),
         arch=arch,
         device_type=device_type,
+        devices=tuple(sorted(devices)),
         shape_error="; ".join(errors),
     )

@@ -21,10 +21,7 @@ from .device import arch_of
 from .signature import TAIL_KEYWORDS
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
-
-
-def _tensor_key(t: Any) -> Any:
-    return None if t is None else (t.dtype, t.shape, t.is_contiguous())
+_ALIGN = operands.MAX_ALIGN
 
 
 def _storage_tensor(v: Any) -> Any:
@@ -65,18 +62,20 @@ def wrap_generic_gemm(native: Callable[..., Any]) -> Callable[..., Any]:
         bulk, alpha, beta = get("bulk_overlap", False), get("alpha", 1.0), get("beta")
         va = A if type(A) in _PLAIN else operands.view(A)
         vb = B if type(B) in _PLAIN else operands.view(B)
-        tb = vb if type(vb) in _PLAIN else _storage_tensor(vb)
+        # Everything a verdict depends on, per tensor: dtype, shape, contiguity, start, device.
         key = (
             transA, transB,
-            (va.dtype, va.shape, va.is_contiguous()) if type(va) in _PLAIN else operands.key_of(va),
-            (vb.dtype, vb.shape, vb.is_contiguous()) if type(vb) in _PLAIN else operands.key_of(vb),
-            None if D is None else (D.dtype, D.shape, D.is_contiguous()),
+            (va.dtype, va.shape, va.is_contiguous(), va.storage_offset() % _ALIGN, va.device)
+            if type(va) in _PLAIN else operands.key_of(va),
+            (vb.dtype, vb.shape, vb.is_contiguous(), vb.storage_offset() % _ALIGN, vb.device)
+            if type(vb) in _PLAIN else operands.key_of(vb),
+            None if D is None else (D.dtype, D.shape, D.is_contiguous(), D.storage_offset() % _ALIGN, D.device),
             output_dtype,
-            None if bias is None else (bias.dtype, bias.shape, bias.is_contiguous()),
-            gelu, None if gelu_in is None else (gelu_in.dtype, gelu_in.shape, gelu_in.is_contiguous()),
+            None if bias is None else (bias.dtype, bias.shape, bias.is_contiguous(), bias.device),
+            gelu,
+            None if gelu_in is None else (gelu_in.dtype, gelu_in.shape, gelu_in.is_contiguous(), gelu_in.device),
             grad, accumulate, quantizer is None,
             comm is None and ctype is None and extra is None, bulk, alpha, beta,
-            None if tb is None else (tb.is_cuda, tb.get_device(), tb.is_meta),
         )  # fmt: skip
         decision = d.cache.get(key)
         tail = (comm, ctype, extra, bulk, alpha, beta)
