@@ -184,3 +184,33 @@ def test_the_operand_start_rule_is_the_kernels_dma_width():
     from te_flydsl_plugin.flydsl.kernels import gemm
 
     assert matrix.OPERAND_ALIGN == gemm.DMA_BYTES
+
+
+# ---------------------------------------------------------------- item 4: output and gelu_in shapes
+
+
+@pytest.mark.parametrize("d_shape", [(16, 24), (24 * 16,), (2, 12, 16), (1, 24, 16)], ids=str)
+def test_a_d_of_another_shape_is_left_to_te(reference_dispatcher, native, d_shape):
+    args = tn_args(D=torch.empty(d_shape))  # the output is (24, 16)
+    tp.wrap_generic_gemm(native)(*args)
+    declined_to_te(native, args, "SHAPE")
+
+
+def test_dgelu_with_a_transposed_gelu_in_is_left_to_te(reference_dispatcher, native):
+    m, n, k = 24, 16, 32
+    args = tn_args(m, n, k, A=torch.randn(k, n), gelu=True, grad=True, gelu_in=torch.randn(n, m))
+    args = (args[0], False, *args[2:])  # NN: dgrad
+    tp.wrap_generic_gemm(native)(*args)
+    declined_to_te(native, args, "SHAPE")
+
+
+def test_forward_gelu_ignores_a_given_gelu_in_as_te_does(reference_dispatcher, native):
+    """TE allocates the forward pre-activation itself: a caller's gelu_in is neither written nor returned."""
+    given = torch.zeros(24, 16)
+    args = tn_args(gelu=True, gelu_in=given)
+    res = tp.wrap_generic_gemm(native)(*args)
+    assert tp.stats()["by_backend"] == {"flydsl": 1}
+    pre = args[2] @ args[0].t()
+    torch.testing.assert_close(res[2], pre)
+    assert res[2] is not given and not given.any(), "the caller's gelu_in must stay untouched"
+    assert res[2].shape == (24, 16) and res[0].shape == (24, 16)

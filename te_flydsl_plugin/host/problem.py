@@ -80,7 +80,7 @@ def build(call: GemmCall, a_spec: OperandSpec, b_spec: OperandSpec, arch: str, d
             out_dtype = d_fmt
         out_contig = d.is_contiguous()
         out_aligned = d.storage_offset() % 4 == 0
-        out_matches = d.numel() == math.prod(out_shape) and d_fmt is out_dtype
+        out_matches = tuple(d.shape) == out_shape and d_fmt is out_dtype
         if not out_matches:
             errors.append(f"D {tuple(d.shape)} {d.dtype} does not hold the {out_shape} {out_dtype.value} output")
     beta = _beta(call)
@@ -89,9 +89,10 @@ def build(call: GemmCall, a_spec: OperandSpec, b_spec: OperandSpec, arch: str, d
     has_bias = _present(call.bias)
     if call.gelu and call.grad and call.gelu_in is None:
         errors.append("gelu with grad needs gelu_in (the saved pre-activation)")
-    aux = call.gelu_in if call.gelu else None
-    if aux is not None and aux.numel() != math.prod(out_shape):
-        errors.append(f"gelu_in holds {aux.numel()} elements, the {out_shape} output needs {math.prod(out_shape)}")
+    # dGELU reads gelu_in; forward GELU ignores it and returns a fresh pre-activation, as TE does.
+    aux = call.gelu_in if call.gelu and call.grad else None
+    if aux is not None and tuple(aux.shape) != out_shape:
+        errors.append(f"gelu_in {tuple(aux.shape)} is not the {out_shape} pre-activation")
     devices = {*a_spec.devices, *b_spec.devices, *operands.devices_of(d, call.bias, aux)}
     return GemmProblem(
         layout=layout,
