@@ -214,3 +214,79 @@ def test_forward_gelu_ignores_a_given_gelu_in_as_te_does(reference_dispatcher, n
     torch.testing.assert_close(res[2], pre)
     assert res[2] is not given and not given.any(), "the caller's gelu_in must stay untouched"
     assert res[2].shape == (24, 16) and res[0].shape == (24, 16)
+
+
+# ---------------------------------------------------------------- item 5: descriptors validate at construction
+
+
+def _fp8(fmt_name: str = "FP8_E4M3", **fields):
+    from te_flydsl_plugin import Fp8Operand
+    from te_flydsl_plugin.spec import Format
+
+    base = {"data": torch.zeros(16, 32, dtype=torch.uint8), "transpose": None, "scale_inv": torch.ones(1)}
+    return Fp8Operand(**{**base, **fields, "format": Format[fmt_name]})
+
+
+def _mx(**fields):
+    from te_flydsl_plugin import MXFP8Operand
+    from te_flydsl_plugin.spec import Format
+
+    base = {
+        "rowwise_data": torch.zeros(64, 32, dtype=torch.uint8),
+        "rowwise_scale_inv": torch.full((128, 4), 127, dtype=torch.uint8),
+        "columnwise_data": None,
+        "columnwise_scale_inv": None,
+    }
+    return MXFP8Operand(**{**base, **fields, "format": Format.MXFP8_E4M3})
+
+
+@pytest.mark.parametrize(
+    ("build", "match"),
+    [
+        (lambda: _fp8("FP8_E5M2", data=torch.zeros(16, 32).to(torch.float8_e4m3fn)), "float8_e4m3fn, but format"),
+        (lambda: _fp8(data=torch.zeros(16, 32, dtype=torch.bfloat16)), "bfloat16"),
+        (lambda: _fp8(scale_inv=torch.ones(2)), "one float32 value"),
+        (lambda: _fp8(scale_inv=torch.ones(1, dtype=torch.bfloat16)), "one float32 value"),
+        (lambda: _fp8(transpose=torch.zeros(16, 32, dtype=torch.uint8)), "not the transpose"),
+        (lambda: _mx(rowwise_scale_inv=torch.full((32, 1), 127, dtype=torch.uint8)), "covering"),
+        (lambda: _mx(rowwise_scale_inv=torch.ones(128, 4)), "uint8"),
+        (lambda: _mx(rowwise_data=torch.zeros(64, 32, dtype=torch.float16)), "float16"),
+        (
+            lambda: _mx(
+                columnwise_data=torch.zeros(64, 64, dtype=torch.uint8),
+                columnwise_scale_inv=torch.full((4, 128), 127, dtype=torch.uint8),
+            ),
+            "differ in shape",
+        ),
+    ],
+    ids=[
+        "fp8-dtype-vs-format",
+        "fp8-bf16-data",
+        "fp8-2-scales",
+        "fp8-bf16-scale",
+        "fp8-bad-transpose",
+        "mx-few-scales",
+        "mx-fp32-scales",
+        "mx-fp16-data",
+        "mx-shapes-differ",
+    ],
+)
+def test_descriptors_with_contradicting_fields_are_refused_at_construction(build, match):
+    from te_flydsl_plugin.operands import InvalidOperand
+
+    with pytest.raises(InvalidOperand, match=match):
+        build()
+
+
+def test_a_framework_tensor_with_contradicting_fields_is_declined(reference_dispatcher, native):
+    """A converter (TE's seam) building an invalid descriptor: declined FORMAT, never an error mid-GEMM."""
+    from te_flydsl_plugin.host import operands
+
+    class FakeFp8:  # bf16 bytes where FP8 bytes belong
+        shape = (16, 32)
+
+    operands.register(FakeFp8, lambda t: _fp8(data=torch.zeros(16, 32, dtype=torch.bfloat16)))
+    args = tn_args(A=FakeFp8())
+    tp.wrap_generic_gemm(native)(*args)
+    declined_to_te(native, args, "FORMAT")
+    assert "bfloat16" in str(tp.stats()["fallbacks"][0]["reasons"])

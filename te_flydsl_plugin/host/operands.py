@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from ..operands import Fp8Operand, MXFP8Operand
+from ..operands import Fp8Operand, InvalidOperand, MXFP8Operand
 from ..spec import Format, OperandSpec
 
 
@@ -77,21 +77,34 @@ def torch_dtype_of(fmt: Format) -> torch.dtype | None:
     return _TORCH_DTYPES.get(fmt)
 
 
-def _unknown(x: Any) -> View:
-    shape = getattr(x, "shape", ())
+def _shape_of(x: Any) -> tuple[int, ...]:
+    """``x.shape`` as ints where it has one that reads as such, else ``()``."""
     try:
-        shape = tuple(int(s) for s in shape)
+        return tuple(int(s) for s in getattr(x, "shape", ()))
     except (TypeError, ValueError):
-        shape = ()
-    return Unsupported(Format.OTHER, shape, f"unrecognised operand type {type(x).__module__}.{type(x).__qualname__}")
+        return ()
+
+
+def _unknown(x: Any) -> View:
+    return Unsupported(
+        Format.OTHER, _shape_of(x), f"unrecognised operand type {type(x).__module__}.{type(x).__qualname__}"
+    )
 
 
 def view(x: Any) -> View:
-    """The view of one operand; never raises for an unknown class (it becomes Unsupported)."""
+    """The view of one operand; never raises for an unknown class or contradicting fields (Unsupported).
+
+    A converter builds a descriptor, which validates itself at construction: a framework tensor whose
+    fields contradict each other (bf16 bytes in an FP8 tensor, too few MXFP8 scales) is declined with
+    the descriptor's own words instead of computing with them.
+    """
     conv = _converters.get(type(x))
     if conv is None:
         conv = _resolve(type(x))
-    return conv(x)
+    try:
+        return conv(x)
+    except InvalidOperand as exc:
+        return Unsupported(Format.OTHER, _shape_of(x), f"{type(x).__qualname__}: {exc}")
 
 
 def _resolve(cls: type) -> Converter:
