@@ -98,7 +98,7 @@ class Tally:
 class Decision:
     """A cached verdict for one problem, with the count of calls it decided (hashed by identity)."""
 
-    __slots__ = ("codes", "ok", "problem", "tally", "verdict", "warned")
+    __slots__ = ("codes", "loud", "ok", "problem", "tally", "verdict")
 
     def __init__(self, problem: GemmProblem, verdict: Verdict):
         self.problem = problem
@@ -107,7 +107,8 @@ class Decision:
         # Each code once: a call declined for two FORMAT reasons is one FORMAT decline.
         self.codes = tuple(dict.fromkeys(r.code.value for r in verdict.reasons))
         self.tally = Tally()
-        self.warned = False  # every code of this decision has had its warning
+        # A declined call must raise (strict) or may still owe a warning: the wrapper calls declined().
+        self.loud = not verdict.ok
 
 
 class Dispatcher:
@@ -163,16 +164,18 @@ class Dispatcher:
         """Count a GEMM that went to TE because the selected backend cannot run here at all."""
         self._idle.hit()
 
-    def ran_native(self, decision: Decision) -> None:
-        """Count a declined call (``decision.tally`` is bumped here); warn once per code, or raise in strict mode."""
-        decision.tally.hit()
+    def declined(self, decision: Decision) -> None:
+        """A declined call of a ``loud`` decision: raise in strict mode, else warn once per reason code.
+
+        The wrapper counts the call itself and comes here only while ``decision.loud`` holds, so a
+        fallback whose warnings were given costs the hot path one attribute read.
+        """
         if self.settings.strict:
             raise GemmNotSupportedError(self.name, decision.problem, decision.verdict)
-        if not decision.warned:
-            for r in decision.verdict.reasons:
-                if r.code.value not in self._warned:  # read without the lock: a set lookup is atomic
-                    self._warn_once(r.code.value, f"{self.name} declined a GEMM, running TE's own GEMM: {r.message}")
-            decision.warned = True
+        for r in decision.verdict.reasons:
+            if r.code.value not in self._warned:  # read without the lock: a set lookup is atomic
+                self._warn_once(r.code.value, f"{self.name} declined a GEMM, running TE's own GEMM: {r.message}")
+        decision.loud = False
 
     def _warn_once(self, code: str, message: str) -> None:
         with self._lock:
@@ -227,7 +230,7 @@ class Dispatcher:
         with self._lock:
             for dec in self.cache.values():
                 dec.tally = Tally()
-                dec.warned = False
+                dec.loud = not dec.ok
             self._warned.clear()
             self._idle = Tally()
 

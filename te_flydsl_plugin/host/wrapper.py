@@ -60,35 +60,51 @@ def wrap_generic_gemm(native: Callable[..., Any]) -> Callable[..., Any]:
         A, transA, B, transB, D, quantizer, output_dtype, bias, _, gelu, gelu_in, grad, _, _, accumulate, _ = required
         comm, ctype, extra = get("comm_overlap"), get("comm_type"), get("extra_output")
         bulk, alpha, beta = get("bulk_overlap", False), get("alpha", 1.0), get("beta")
-        va = A if type(A) in _PLAIN else operands.view(A)
-        vb = B if type(B) in _PLAIN else operands.view(B)
-        # Everything a verdict depends on, per tensor: dtype, shape, contiguity, start, device.
+        # The key holds everything a verdict depends on: per tensor dtype, shape, contiguity, start
+        # (storage offset modulo _ALIGN) and device; the flags. One flat tuple of locals: building,
+        # hashing and comparing it is the hot path's cost, nested tuples or unpacking would add to it.
+        if type(A) in _PLAIN:
+            va = A
+            a0, a1, a2, a3, a4 = A.dtype, A.shape, A.is_contiguous(), A.storage_offset() % _ALIGN, A.device
+        else:
+            va = operands.view(A)
+            a0, a1, a2, a3, a4 = operands.key_of(va), None, None, None, None
+        if type(B) in _PLAIN:
+            vb = B
+            b0, b1, b2, b3, b4 = B.dtype, B.shape, B.is_contiguous(), B.storage_offset() % _ALIGN, B.device
+        else:
+            vb = operands.view(B)
+            b0, b1, b2, b3, b4 = operands.key_of(vb), None, None, None, None
+        if D is None:
+            d0 = d1 = d2 = d3 = d4 = None
+        else:
+            d0, d1, d2, d3, d4 = D.dtype, D.shape, D.is_contiguous(), D.storage_offset() % _ALIGN, D.device
+        if bias is None:
+            c0 = c1 = c2 = c3 = None
+        else:
+            c0, c1, c2, c3 = bias.dtype, bias.shape, bias.is_contiguous(), bias.device
+        if gelu_in is None:
+            g0 = g1 = g2 = g3 = None
+        else:
+            g0, g1, g2, g3 = gelu_in.dtype, gelu_in.shape, gelu_in.is_contiguous(), gelu_in.device
         key = (
-            transA, transB,
-            (va.dtype, va.shape, va.is_contiguous(), va.storage_offset() % _ALIGN, va.device)
-            if type(va) in _PLAIN else operands.key_of(va),
-            (vb.dtype, vb.shape, vb.is_contiguous(), vb.storage_offset() % _ALIGN, vb.device)
-            if type(vb) in _PLAIN else operands.key_of(vb),
-            None if D is None else (D.dtype, D.shape, D.is_contiguous(), D.storage_offset() % _ALIGN, D.device),
-            output_dtype,
-            None if bias is None else (bias.dtype, bias.shape, bias.is_contiguous(), bias.device),
-            gelu,
-            None if gelu_in is None else (gelu_in.dtype, gelu_in.shape, gelu_in.is_contiguous(), gelu_in.device),
-            grad, accumulate, quantizer is None,
-            comm is None and ctype is None and extra is None, bulk, alpha, beta,
+            a0, a1, a2, a3, a4, b0, b1, b2, b3, b4, transA, transB, output_dtype, gelu, grad, accumulate,
+            quantizer is None, comm is None and ctype is None and extra is None, bulk, alpha, beta,
+            d0, d1, d2, d3, d4, c0, c1, c2, c3, g0, g1, g2, g3,
         )  # fmt: skip
         decision = d.cache.get(key)
-        tail = (comm, ctype, extra, bulk, alpha, beta)
         if decision is None:
             dev = _device(vb)
             arch = d.settings.target_arch or arch_of(*dev)
-            call = _call(va, vb, required, tail)
+            call = _call(va, vb, required, (comm, ctype, extra, bulk, alpha, beta))
             decision = d.decide(key, problem.build(call, operands.spec_of(va), operands.spec_of(vb), arch, dev[0]))
         if decision.ok:
-            out = d.backend.run(decision.problem, _call(va, vb, required, tail))
+            out = d.backend.run(decision.problem, _call(va, vb, required, (comm, ctype, extra, bulk, alpha, beta)))
             decision.tally.hit()
             return out
-        d.ran_native(decision)
+        decision.tally.hit()
+        if decision.loud:
+            d.declined(decision)
         return native(*args, **kwargs)
 
     generic_gemm.__te_flydsl_native__ = native  # type: ignore[attr-defined]
