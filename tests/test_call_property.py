@@ -78,7 +78,7 @@ ODD = (
     "d_transposed", "d_offset1", "bias_wrong_length", "bias_meta", "bias_empty", "gelu_in_transposed",
     "out_none", "out_fp64", "quantizer", "comm", "unknown_keyword", "extra_positional", "fp8_no_data",
     "fp8_no_transpose", "fp8_offset", "fp8_dtype", "fp8_meta_scale", "contradicting", "batched",
-    "epilogue_elsewhere", "alpha_beta",
+    "epilogue_elsewhere", "alpha_beta", "d_not_tensor", "bias_not_tensor",
 )  # fmt: skip
 EPILOGUES = {Layout.TN: ("plain", "bias", "gelu", "bias_gelu"), Layout.NN: ("plain", "dgelu", "dgelu_bgrad"),
              Layout.NT: ("plain", "bgrad")}  # fmt: skip
@@ -203,6 +203,10 @@ def calls(draw: Any, emulator: bool = False) -> Case:
         bias = torch.randn(length, generator=gen, dtype=torch.float64).to(torch.bfloat16)
         if "bias_meta" in odd:
             bias = bias.to("meta")
+    if "d_not_tensor" in odd:
+        D = object()
+    if "bias_not_tensor" in odd:
+        bias = "bias"
     gelu_in = None
     if gelu and grad:
         gshape = (n, m) if "gelu_in_transposed" in odd else out_shape
@@ -265,7 +269,7 @@ def _hold_contract(case: Case, native) -> str:
     tp.reset_stats()
     native.calls.clear()
     D = case.args[4]
-    d0 = D.double().clone() if D is not None and D.device.type == "cpu" else None
+    d0 = D.double().clone() if isinstance(D, torch.Tensor) and D.device.type == "cpu" else None
     if case.refused:
         with pytest.raises(TypeError):
             gemm(*case.args, **case.kwargs)

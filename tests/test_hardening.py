@@ -290,3 +290,19 @@ def test_a_framework_tensor_with_contradicting_fields_is_declined(reference_disp
     tp.wrap_generic_gemm(native)(*args)
     declined_to_te(native, args, "FORMAT")
     assert "bfloat16" in str(tp.stats()["fallbacks"][0]["reasons"])
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{"D": object()}, {"bias": "bias"}, {"gelu": True, "grad": True, "gelu_in": [1.0]}, {"alpha": "two"}],
+    ids=["D-object", "bias-str", "gelu_in-list", "alpha-str"],
+)
+def test_arguments_of_a_type_te_does_not_take_go_to_te_as_given(reference_dispatcher, native, overrides):
+    """Never an AttributeError from inside the plugin: TE's binding answers for such a call."""
+    alpha = overrides.pop("alpha", None)
+    args = tn_args(**overrides)
+    kwargs = {} if alpha is None else {"alpha": alpha}
+    tp.wrap_generic_gemm(native)(*args, **kwargs)
+    got, got_kwargs = native.calls[-1]
+    assert all(x is y for x, y in zip(got, args, strict=True)) and got_kwargs.keys() == kwargs.keys()
+    assert all(got_kwargs[k] is v for k, v in kwargs.items()) and "SHAPE" in tp.stats()["by_reason"]

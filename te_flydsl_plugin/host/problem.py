@@ -14,8 +14,11 @@ NT       ``[K, N]`` (lead flat)     ``[K, M]`` (lead flat)   ``[M, N]``
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
+
+import torch
 
 from ..spec import Format, GemmCall, GemmProblem, Layout, OperandSpec
 from . import operands
@@ -63,8 +66,28 @@ def _present(t: Any) -> bool:
     return t is not None and t.numel() != 0
 
 
+def _not_tensors(call: GemmCall) -> dict[str, Any]:
+    """D, bias, gelu_in given as something other than a tensor; alpha, beta that are not numbers."""
+    odd = {k: v for k, v in (("D", call.D), ("bias", call.bias), ("gelu_in", call.gelu_in))
+           if v is not None and not isinstance(v, torch.Tensor)}  # fmt: skip
+    for k, v in (("alpha", call.alpha), ("beta", call.beta)):
+        if v is not None and not isinstance(v, (int, float)):
+            odd[k] = v
+    return odd
+
+
 def build(call: GemmCall, a_spec: OperandSpec, b_spec: OperandSpec, arch: str, device_type: str = "") -> GemmProblem:
-    """The problem for ``call`` whose operands have the given specs, evaluated for ``arch``."""
+    """The problem for ``call`` whose operands have the given specs, evaluated for ``arch``.
+
+    An argument of a type TE's binding does not take (a D that is no tensor, an alpha that is no number)
+    yields a problem with a shape error: TE gets the call, and its binding answers for it.
+    """
+    odd = _not_tensors(call)
+    if odd:
+        plain = dataclasses.replace(call, **{k: (1.0 if k == "alpha" else None) for k in odd})
+        p = build(plain, a_spec, b_spec, arch, device_type)
+        why = "; ".join(f"{k} is a {type(v).__qualname__}" for k, v in odd.items())
+        return dataclasses.replace(p, shape_error="; ".join(e for e in (p.shape_error, why) if e))
     layout = Layout.of(call.transA, call.transB)
     m, n, ka, kb, out_shape = gemm_dims(layout, a_spec.shape, b_spec.shape)
     errors = []

@@ -75,16 +75,17 @@ def wrap_generic_gemm(native: Callable[..., Any]) -> Callable[..., Any]:
         else:
             vb = operands.view(B)
             b0, b1, b2, b3, b4 = operands.key_of(vb), None, None, None, None
-        if D is None:
-            d0 = d1 = d2 = d3 = d4 = None
+        # D, bias, gelu_in that are not tensors are keyed by type; the problem declines them (SHAPE).
+        if D is None or not isinstance(D, torch.Tensor):
+            d0, d1, d2, d3, d4 = type(D), None, None, None, None
         else:
             d0, d1, d2, d3, d4 = D.dtype, D.shape, D.is_contiguous(), D.storage_offset() % _ALIGN, D.device
-        if bias is None:
-            c0 = c1 = c2 = c3 = None
+        if bias is None or not isinstance(bias, torch.Tensor):
+            c0, c1, c2, c3 = type(bias), None, None, None
         else:
             c0, c1, c2, c3 = bias.dtype, bias.shape, bias.is_contiguous(), bias.device
-        if gelu_in is None:
-            g0 = g1 = g2 = g3 = None
+        if gelu_in is None or not isinstance(gelu_in, torch.Tensor):
+            g0, g1, g2, g3 = type(gelu_in), None, None, None
         else:
             g0, g1, g2, g3 = gelu_in.dtype, gelu_in.shape, gelu_in.is_contiguous(), gelu_in.device
         key = (
