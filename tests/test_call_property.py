@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import te_flydsl_plugin as tp
-from te_flydsl_plugin import Fp8Operand
+from te_flydsl_plugin import Fp8Operand, MXFP8Operand
 from te_flydsl_plugin.host import dispatch, operands
 from te_flydsl_plugin.spec import Format, Layout
 
@@ -32,13 +32,21 @@ TORCH_FP8 = {Format.FP8_E4M3: torch.float8_e4m3fn, Format.FP8_E5M2: torch.float8
 
 
 class Contradicting:
-    """A framework tensor whose converter builds a descriptor with contradicting fields (bf16 FP8 bytes)."""
+    """A framework tensor whose converter builds a descriptor with contradicting fields, of kind ``kind``."""
 
-    def __init__(self, shape: tuple[int, ...]):
+    def __init__(self, shape: tuple[int, ...], kind: int = 0):
         self.shape = shape
+        self.kind = kind
 
 
 def _contradicting_view(t: Contradicting) -> Any:
+    u8 = torch.zeros(t.shape, dtype=torch.uint8)
+    if t.kind == 1:  # E4M3 bytes labelled E5M2
+        return Fp8Operand(u8.view(torch.float8_e4m3fn), None, torch.ones(1), Format.FP8_E5M2)
+    if t.kind == 2:  # two scales for one tensor
+        return Fp8Operand(u8, None, torch.ones(2), Format.FP8_E4M3)
+    if t.kind == 3:  # MXFP8 with one scale for everything, in fp32
+        return MXFP8Operand(u8, torch.ones(1, 1), None, None, Format.MXFP8_E4M3)
     return Fp8Operand(torch.zeros(t.shape, dtype=torch.bfloat16), None, torch.ones(1), Format.FP8_E4M3)
 
 
@@ -166,7 +174,7 @@ def calls(draw: Any, emulator: bool = False) -> Case:
         ("b", fb, b_shape, layout is not Layout.NT),
     ):
         if "contradicting" in odd and name == "a":
-            ops.append((Contradicting(shape), None))
+            ops.append((Contradicting(shape, draw(st.integers(0, 3))), None))
         elif fmt in PLAIN:
             ops.append(_plain_operand(shape, fmt, gen, odd, name))
         elif fmt.is_fp8:
