@@ -339,18 +339,14 @@ def test_emulator_executor_holds_the_call_contract(executor_dispatcher, native, 
     event(_hold_contract(case, native))
 
 
-def test_the_odd_calls_do_execute_where_they_should(native):
+@pytest.mark.parametrize("executor_dispatcher", ["reference"], indirect=True)
+def test_the_odd_calls_do_execute_where_they_should(executor_dispatcher, native):
     """The property is not vacuous: canonical calls among the generated ones run on the backend."""
-    d = dispatch.configure(backend="flydsl", executor="reference", env={})
-    try:
-        gen = torch.Generator().manual_seed(3)
-        for layout in (Layout.TN, Layout.NN, Layout.NT):
-            a_shape, b_shape = shapes(layout, 24, 16, 32)
-            a, b = torch.randn(a_shape, generator=gen), torch.randn(b_shape, generator=gen)
-            args = (a, layout is Layout.TN, b, layout is Layout.NT, None, None, torch.float32, None, None, False,
-                    None, False, None, 0, False, False)  # fmt: skip
-            case = Case(args, {}, layout, a.double(), b.double(), False)
-            assert _hold_contract(case, native) == "executed"
-    finally:
-        assert d is not None
-        dispatch.configure(backend="default", executor=None, env={})
+    gen = torch.Generator().manual_seed(3)
+    for layout in (Layout.TN, Layout.NN, Layout.NT):
+        a_shape, b_shape = shapes(layout, 24, 16, 32)
+        a, b = torch.randn(a_shape, generator=gen), torch.randn(b_shape, generator=gen)
+        args = (a, layout is Layout.TN, b, layout is Layout.NT, None, None, torch.float32, None, None, False,
+                None, False, None, 0, False, False)  # fmt: skip
+        case = Case(args, {}, layout, a.double(), b.double(), False)
+        assert _hold_contract(case, native) == "executed"
