@@ -150,7 +150,7 @@ def spec_of(v: View) -> OperandSpec:
             contiguous=all(_dense(t) for t in stores),
             nbytes=max(t.numel() for t in stores),
             align=start_align(*stores),
-            devices=_devices(*stores, v.scale_inv),
+            devices=devices_of(*stores, v.scale_inv),
         )
     if isinstance(v, MXFP8Operand):
         stores = [t for t in (v.rowwise_data, v.columnwise_data) if t is not None]
@@ -162,7 +162,7 @@ def spec_of(v: View) -> OperandSpec:
             contiguous=all(_dense(t) for t in stores),
             nbytes=max(t.numel() for t in stores),
             align=start_align(*stores),
-            devices=_devices(*stores, v.rowwise_scale_inv, v.columnwise_scale_inv),
+            devices=devices_of(*stores, v.rowwise_scale_inv, v.columnwise_scale_inv),
         )
     return OperandSpec(v.format, tuple(v.shape), rowwise=False, detail=v.detail)
 
@@ -214,9 +214,6 @@ def start_align(*tensors: torch.Tensor) -> int:
 def devices_of(*tensors: Any) -> tuple[str, ...]:
     """The distinct devices of the given tensors (None skipped), sorted."""
     return tuple(sorted({str(t.device) for t in tensors if t is not None}))
-
-
-_devices = devices_of
 
 
 def _dense(t: torch.Tensor) -> bool:
