@@ -7,11 +7,39 @@ need no descriptor. Each descriptor only holds references: building one copies n
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
 from .spec import Format
+
+# gfx950's FP8 is the OCP encoding: E4M3 "fn" (no infinities) and E5M2, as torch names them.
+FP8_TORCH_DTYPES = {
+    Format.FP8_E4M3: torch.float8_e4m3fn,
+    Format.FP8_E5M2: torch.float8_e5m2,
+    Format.MXFP8_E4M3: torch.float8_e4m3fn,
+    Format.MXFP8_E5M2: torch.float8_e5m2,
+}
+MX_BLOCK = 32  # elements per E8M0 scale (OCP MX specification)
+
+
+class InvalidOperand(ValueError):
+    """A descriptor whose fields contradict each other; raised at construction, so none ever reaches a GEMM."""
+
+
+def _check_payload(cls: str, which: str, t: object, fmt: Format) -> None:
+    """FP8 bytes: a tensor of uint8 (TE's storage) or of the torch FP8 dtype ``fmt`` names, nothing else."""
+    if not isinstance(t, torch.Tensor):
+        raise InvalidOperand(f"{cls} {which} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in (torch.uint8, FP8_TORCH_DTYPES[fmt]):
+        raise InvalidOperand(
+            f"{cls} {which} is {t.dtype}, but format {fmt.value} stores uint8 or {FP8_TORCH_DTYPES[fmt]}"
+        )
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
 
 
 @dataclass(frozen=True)
@@ -31,9 +59,20 @@ class Fp8Operand:
 
     def __post_init__(self) -> None:
         if not self.format.is_fp8:
-            raise ValueError(f"Fp8Operand needs fp8_e4m3 or fp8_e5m2, got {self.format.value}")
+            raise InvalidOperand(f"Fp8Operand needs fp8_e4m3 or fp8_e5m2, got {self.format.value}")
         if self.data is None and not self.has_transpose:
-            raise ValueError("Fp8Operand needs data or a valid transpose")
+            raise InvalidOperand("Fp8Operand needs data or a valid transpose")
+        for which, t in (("data", self.data), ("transpose", self.transpose if self.has_transpose else None)):
+            if t is not None:
+                _check_payload("Fp8Operand", which, t, self.format)
+        if self.data is not None and self.has_transpose:
+            d, t = tuple(self.data.shape), tuple(self.transpose.shape)  # type: ignore[union-attr]
+            if not d or t[:1] != d[-1:] or self.data.numel() != self.transpose.numel():  # type: ignore[union-attr]
+                raise InvalidOperand(f"Fp8Operand transpose {t} is not the transpose of data {d}")
+        s = self.scale_inv
+        if not isinstance(s, torch.Tensor) or s.dtype != torch.float32 or s.numel() != 1:
+            got = f"{s.dtype} of {s.numel()} elements" if isinstance(s, torch.Tensor) else type(s).__name__
+            raise InvalidOperand(f"Fp8Operand scale_inv must be one float32 value, got {got}")
 
     @property
     def has_transpose(self) -> bool:
@@ -67,15 +106,34 @@ class MXFP8Operand:
 
     def __post_init__(self) -> None:
         if not self.format.is_mx:
-            raise ValueError(f"MXFP8Operand needs mxfp8_e4m3 or mxfp8_e5m2, got {self.format.value}")
+            raise InvalidOperand(f"MXFP8Operand needs mxfp8_e4m3 or mxfp8_e5m2, got {self.format.value}")
         if self.rowwise_data is None and self.columnwise_data is None:
-            raise ValueError("MXFP8Operand needs rowwise or columnwise data")
+            raise InvalidOperand("MXFP8Operand needs rowwise or columnwise data")
         for data, scale, which in (
             (self.rowwise_data, self.rowwise_scale_inv, "rowwise"),
             (self.columnwise_data, self.columnwise_scale_inv, "columnwise"),
         ):
             if (data is None) != (scale is None):
-                raise ValueError(f"MXFP8Operand {which} data and scales must be given together")
+                raise InvalidOperand(f"MXFP8Operand {which} data and scales must be given together")
+            if data is not None:
+                _check_payload("MXFP8Operand", f"{which}_data", data, self.format)
+        shapes = {tuple(d.shape) for d in (self.rowwise_data, self.columnwise_data) if d is not None}
+        if len(shapes) > 1 or not next(iter(shapes)):
+            raise InvalidOperand(f"MXFP8Operand rowwise and columnwise data differ in shape: {sorted(shapes)}")
+        shape = next(iter(shapes))
+        lead, last = math.prod(shape[:-1]), shape[-1]
+        for scale, which, need in (
+            (self.rowwise_scale_inv, "rowwise", (lead, _ceil_div(last, MX_BLOCK))),
+            (self.columnwise_scale_inv, "columnwise", (_ceil_div(lead, MX_BLOCK), last)),
+        ):
+            if scale is None:
+                continue
+            ok = isinstance(scale, torch.Tensor) and scale.dtype == torch.uint8 and scale.dim() == 2
+            if not ok or scale.shape[0] < need[0] or scale.shape[1] < need[1]:
+                got = f"{scale.dtype} {tuple(scale.shape)}" if isinstance(scale, torch.Tensor) else type(scale).__name__
+                raise InvalidOperand(
+                    f"MXFP8Operand {which}_scale_inv must be 2-D uint8 E8M0 covering {need} for data {shape}, got {got}"
+                )
 
     @property
     def shape(self) -> tuple[int, ...]:

@@ -168,7 +168,9 @@ class OperandSpec:
     ``shape`` is the logical shape TE passes (for FP8 with only a transpose stored: the shape the data
     would have). ``rowwise``/``columnwise`` say which storages exist: for a plain tensor rowwise only;
     for FP8 ``_data`` and a valid ``_transpose``; for MXFP8 the two quantized copies.
-    ``nbytes`` is the size of the largest storage, for the per-launch size rules.
+    ``nbytes`` is the size of the largest storage, for the per-launch size rules. ``align``: the
+    largest power of two (bytes, up to 256) dividing every storage's start offset within its storage.
+    ``devices``: where its storages and scales live (``str(tensor.device)``, sorted, each once).
     """
 
     format: Format
@@ -178,6 +180,8 @@ class OperandSpec:
     contiguous: bool = True
     nbytes: int = 0
     detail: str = ""
+    align: int = 256
+    devices: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -216,6 +220,9 @@ class GemmProblem:
     comm_overlap: bool = False
     arch: str = ""
     device_type: str = ""  # where the operands live: "cuda", "cpu", "meta"
+    # Every device the call's tensors are on (operands, scales, D, bias, gelu_in), as observed; empty
+    # for a what-if problem built without tensors (the CLI's check). More than one, or meta, is declined.
+    devices: tuple[str, ...] = ()
     shape_error: str = ""  # non-empty when the operands are inconsistent (TE raises for these)
 
     @property
@@ -245,6 +252,7 @@ class GemmProblem:
                 "columnwise": o.columnwise,
                 "contiguous": o.contiguous,
                 "nbytes": o.nbytes,
+                "align": o.align,
                 **({"detail": o.detail} if o.detail else {}),
             }
 
@@ -265,6 +273,7 @@ class GemmProblem:
             "comm_overlap": self.comm_overlap,
             "arch": self.arch,
             "device_type": self.device_type,
+            "devices": list(self.devices),
         }
 
 

@@ -4,6 +4,8 @@ declined with a reason (and TE's own GEMM gets the call unchanged); nothing is d
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -177,7 +179,10 @@ def test_operands_over_2gib_are_accepted_and_split(name, layout, m, n, k):
     from te_flydsl_plugin.flydsl import check, matrix
 
     c = _meta_call(layout, m, n, k)
-    p = problem.build(c, operands.spec_of(c.A), operands.spec_of(c.B), "gfx950", "meta")
+    # A what-if on meta tensors (no memory): the problem as it would be on one real device.
+    p = dataclasses.replace(
+        problem.build(c, operands.spec_of(c.A), operands.spec_of(c.B), "gfx950", "meta"), devices=()
+    )
     assert max(p.a.nbytes, p.b.nbytes, p.m * p.n * 2) > 2**31, "the case must really exceed 2 GiB"
     verdict = check.check(p, "reference")
     assert verdict.ok, verdict

@@ -101,10 +101,15 @@ def test_unavailable_backend_warns_once_and_runs_natively(use, native):
     assert tp.stats()["by_reason"] == {"UNAVAILABLE": 1}
 
 
-def test_a_raising_check_is_a_decline_not_a_crash(use, native):
-    use(CountingBackend(raises=True))
-    with pytest.warns(dispatch.FallbackWarning, match="check\\(\\) raised KeyError"):
-        assert gemm_call(tp.wrap_generic_gemm(native), 32)[0] == "native"
+def test_a_raising_check_is_a_loud_distinct_failure(use, native):
+    """check() must be pure and total; one that raises is a backend bug: GemmBackendError, not a decline."""
+    backend = CountingBackend(raises=True)
+    use(backend)
+    gemm = tp.wrap_generic_gemm(native)
+    for _ in range(2):  # nothing cached: every call fails the same way
+        with pytest.raises(dispatch.GemmBackendError, match=r"'counting': check\(\) raised KeyError: 'bug in check'"):
+            gemm_call(gemm, 32)
+    assert backend.checks == 2 and not native.calls and tp.stats()["total"] == 0
 
 
 def test_report_lists_backends_reasons_and_top_fallbacks(use, native):

@@ -49,6 +49,10 @@ def check(problem: GemmProblem, executor: str, caps: Capabilities | None = None)
             "device",
         )
 
+    if len(p.devices) > 1:
+        no(ReasonCode.SHAPE, f"operands on different devices ({', '.join(p.devices)}), left to TE", "device")
+    if "meta" in p.devices:
+        no(ReasonCode.FEATURE, "meta tensors hold no data, left to TE", "device")
     for name, op in (("a", p.a), ("b", p.b)):
         if op.format in (Format.OTHER, Format.NVFP4, Format.FP8_BLOCK):
             detail = f" ({op.detail})" if op.detail else ""
@@ -112,6 +116,14 @@ def check(problem: GemmProblem, executor: str, caps: Capabilities | None = None)
             )
     if not p.a.contiguous or not p.b.contiguous:
         no(ReasonCode.ALIGNMENT, "operands must be contiguous", "contiguous")
+    for name, op in (("A", p.a), ("B", p.b)):
+        if op.align < matrix.OPERAND_ALIGN:
+            no(
+                ReasonCode.ALIGNMENT,
+                f"operand {name} starts on a {op.align}-byte boundary (its storage offset); the kernels' "
+                f"vector loads need {matrix.OPERAND_ALIGN}",
+                f"{name.lower()}_align",
+            )
     if p.out_given and not p.out_contiguous:
         no(ReasonCode.ALIGNMENT, "a given D must be contiguous", "out")
     if p.out_given and not p.out_aligned:

@@ -12,18 +12,11 @@ import math
 
 import torch
 
-from ..spec import Format
+from ..operands import FP8_TORCH_DTYPES
 from .plan_types import GemmPlan, KernelOperand, Piece
 
 EXECUTORS = ("auto", "flydsl", "reference", "emulator")
 
-# gfx950's FP8 is the OCP encoding: E4M3 "fn" (no infinities) and E5M2, as torch names them.
-_FP8_DTYPES = {
-    Format.FP8_E4M3: torch.float8_e4m3fn,
-    Format.FP8_E5M2: torch.float8_e5m2,
-    Format.MXFP8_E4M3: torch.float8_e4m3fn,
-    Format.MXFP8_E5M2: torch.float8_e5m2,
-}
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 
@@ -33,7 +26,7 @@ def decode(op: KernelOperand, r0: int, r1: int, k0: int, k1: int) -> torch.Tenso
     fmt = op.format
     if not fmt.is_quantized:
         return window.float()
-    vals = window.view(_FP8_DTYPES[fmt]).float()
+    vals = window.view(FP8_TORCH_DTYPES[fmt]).float()
     if fmt.is_fp8:
         return vals * op.scale_inv.float()
     from .mx_layout import e8m0_to_float, unpack_scales

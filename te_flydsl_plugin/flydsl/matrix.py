@@ -36,6 +36,9 @@ K_MULTIPLE = {Format.FP32: 4, Format.FP16: 8, Format.BF16: 8, Format.FP8_E4M3: 1
 MX_K_MULTIPLE = 32
 # N must be a multiple of this: the kernels' epilogue stores 4 adjacent output columns as one vector.
 OUT_VEC = 4
+# Every operand storage must start on this many bytes: the kernels' direct global->LDS loads move 16
+# bytes per lane (kernels/gemm.py DMA_BYTES; launch_geometry refuses other starts).
+OPERAND_ALIGN = 16
 
 _FP8 = (Format.FP8_E4M3, Format.FP8_E5M2)
 _MX = (Format.MXFP8_E4M3, Format.MXFP8_E5M2)
@@ -127,7 +130,16 @@ RULES: tuple[tuple[str, str], ...] = (
         f"buffer offsets are 32-bit: the host splits a launch so no buffer spans more than "
         f"{MAX_LAUNCH_BYTES} bytes (64-bit base per piece); operands over 2 GiB run, never declined for size",
     ),
-    ("contiguity", "operands must be contiguous (TE's storages are); others are declined"),
+    (
+        "contiguity",
+        f"operands must be contiguous (TE's storages are) and every storage must start on a {OPERAND_ALIGN}-byte "
+        "boundary of its storage (storage offset); others are declined",
+    ),
+    (
+        "devices",
+        "every tensor of a call (operands, scales, D, bias, gelu_in) on one device, not meta; others are left "
+        "to TE; the emulator executor runs CPU tensors",
+    ),
 )
 
 

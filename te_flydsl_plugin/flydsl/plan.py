@@ -156,8 +156,8 @@ def build(
     out = d.view(p.m, p.n)
     gelu_aux = None
     if p.gelu:
-        aux = call.gelu_in
-        if aux is None:  # fprop: the pre-activation comes back as gelu_input, in bias_type as TE has it
+        aux = call.gelu_in if p.grad else None
+        if aux is None:  # fprop: a fresh pre-activation comes back as gelu_input, in bias_type as TE has it
             aux = torch.empty(p.out_shape, dtype=_aux_dtype(call.bias_type, out_dtype), device=device)
         gelu_aux = aux.view(p.m, p.n)
     bias = call.bias.view(-1) if p.bias and not p.grad else None

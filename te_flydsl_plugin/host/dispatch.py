@@ -8,7 +8,6 @@ problem; forward and backward of one shape therefore take the same path for the 
 from __future__ import annotations
 
 import atexit
-import copy
 import itertools
 import os
 import sys
@@ -35,6 +34,16 @@ class GemmNotSupportedError(RuntimeError):
         super().__init__(
             f"{backend} declined GEMM {problem.layout.value} m={problem.m} n={problem.n} k={problem.k} "
             f"({problem.b.format.value} x {problem.a.format.value} -> {problem.out_dtype.value}): {lines}"
+        )
+
+
+class GemmBackendError(RuntimeError):
+    """A backend broke its contract (``check()`` raised): a bug to fix, never a silent fallback."""
+
+    def __init__(self, backend: str, method: str, exc: BaseException):
+        super().__init__(
+            f"GEMM backend {backend!r}: {method}() raised {type(exc).__name__}: {exc} (a bug in the backend; "
+            "NVTE_GEMM_BACKEND=default runs TE's own GEMM meanwhile)"
         )
 
 
@@ -67,16 +76,40 @@ class Settings:
         )
 
 
-class Decision:
-    """A cached verdict for one problem; hashed by identity and precomputed, as it is counted per call."""
+class Tally:
+    """A call counter the hot path bumps without a lock.
 
-    __slots__ = ("codes", "ok", "problem", "verdict")
+    ``hit()`` is ``next`` on an ``itertools.count``: one C call, atomic under the GIL (~50 ns), so
+    concurrent GEMMs never lose a count. Reading it takes one number too, so :meth:`value` subtracts
+    its own reads; readers hold the dispatcher's lock.
+    """
+
+    __slots__ = ("_reads", "hit")
+
+    def __init__(self) -> None:
+        self.hit = itertools.count().__next__
+        self._reads = 0
+
+    def value(self) -> int:
+        n = self.hit() - self._reads
+        self._reads += 1
+        return n
+
+
+class Decision:
+    """A cached verdict for one problem, with the count of calls it decided (hashed by identity)."""
+
+    __slots__ = ("codes", "loud", "ok", "problem", "tally", "verdict")
 
     def __init__(self, problem: GemmProblem, verdict: Verdict):
         self.problem = problem
         self.verdict = verdict
         self.ok = verdict.ok
-        self.codes = tuple(r.code.value for r in verdict.reasons)
+        # Each code once: a call declined for two FORMAT reasons is one FORMAT decline.
+        self.codes = tuple(dict.fromkeys(r.code.value for r in verdict.reasons))
+        self.tally = Tally()
+        # A declined call must raise (strict) or may still owe a warning: the wrapper calls declined().
+        self.loud = not verdict.ok
 
 
 class Dispatcher:
@@ -87,15 +120,12 @@ class Dispatcher:
         self.backend = backend
         self.cache: dict[Any, Decision] = {}
         self._lock = threading.Lock()
-        self._by_backend: Counter[str] = Counter()
-        self._by_reason: Counter[str] = Counter()
-        self._fallbacks: Counter[Decision] = Counter()
         self._warned: set[str] = set()
         self.unavailable: Verdict = Verdict.yes()
         # True when every GEMM goes to TE without a look (no backend, or it cannot run here): the
         # wrapper then skips building views and keys, so an installed-but-idle plugin costs ~nothing.
         self.passthrough = backend is None
-        self._idle_calls = itertools.count()
+        self._idle = Tally()
         if backend is not None:
             try:
                 self.unavailable = backend.availability()
@@ -116,49 +146,37 @@ class Dispatcher:
         return self.backend.name if self.backend is not None else "native"
 
     def decide(self, key: Any, problem: GemmProblem) -> Decision:
-        """Check ``problem`` once and cache the verdict under ``key``."""
+        """Check ``problem`` once and cache the verdict under ``key``.
+
+        ``check()`` is pure and total by contract; one that raises is a bug in the backend, and a bug
+        is never a fallback: :class:`GemmBackendError` names it, nothing is cached, the call fails.
+        """
         assert self.backend is not None
-        if not self.unavailable.ok:
-            verdict = self.unavailable
-        else:
-            try:
-                verdict = self.backend.check(problem)
-            except Exception as exc:  # check() must be pure and total; a bug there is a decline with a reason
-                verdict = Verdict.no(Reason(ReasonCode.UNAVAILABLE, f"check() raised {type(exc).__name__}: {exc}"))
+        try:
+            verdict = self.backend.check(problem)
+        except Exception as exc:
+            raise GemmBackendError(self.name, "check", exc) from exc
         decision = Decision(problem, verdict)
         with self._lock:
             self.cache[key] = decision
         return decision
 
-    def ran_backend(self) -> None:
-        with self._lock:
-            self._by_backend[self.name] += 1
-
     def ran_unavailable(self) -> None:
-        """Count a GEMM that went to TE because the selected backend cannot run here at all.
+        """Count a GEMM that went to TE because the selected backend cannot run here at all."""
+        self._idle.hit()
 
-        ``next`` on an ``itertools.count`` is atomic under the GIL and costs ~50 ns: no lock on the
-        path every GEMM of an idle plugin takes.
+    def declined(self, decision: Decision) -> None:
+        """A declined call of a ``loud`` decision: raise in strict mode, else warn once per reason code.
+
+        The wrapper counts the call itself and comes here only while ``decision.loud`` holds, so a
+        fallback whose warnings were given costs the hot path one attribute read.
         """
-        next(self._idle_calls)
-
-    def _idle_count(self) -> int:
-        return next(copy.copy(self._idle_calls))
-
-    def ran_native(self, decision: Decision | None) -> None:
-        """Count a native run; warn once per reason code, or raise in strict mode."""
-        with self._lock:
-            self._by_backend["native"] += 1
-            if decision is None:
-                return
-            self._fallbacks[decision] += 1
-            for code in decision.codes:
-                self._by_reason[code] += 1
         if self.settings.strict:
             raise GemmNotSupportedError(self.name, decision.problem, decision.verdict)
         for r in decision.verdict.reasons:
             if r.code.value not in self._warned:  # read without the lock: a set lookup is atomic
                 self._warn_once(r.code.value, f"{self.name} declined a GEMM, running TE's own GEMM: {r.message}")
+        decision.loud = False
 
     def _warn_once(self, code: str, message: str) -> None:
         with self._lock:
@@ -172,36 +190,50 @@ class Dispatcher:
         )
 
     def stats(self, top: int = 10) -> dict[str, Any]:
-        idle = self._idle_count()
+        """Calls per backend and per reason code (each call counted once per code), the top fallbacks."""
+        by_backend: Counter[str] = Counter()
+        by_reason: Counter[str] = Counter()
+        fallbacks: Counter[Decision] = Counter()
         with self._lock:
-            fallbacks = self._fallbacks.most_common(top)
-            by_backend, by_reason = Counter(self._by_backend), Counter(self._by_reason)
-            if idle:
-                by_backend["native"] += idle
-                for r in self.unavailable.reasons:
-                    by_reason[r.code.value] += idle
-            return {
-                "backend": self.name,
-                "total": sum(by_backend.values()),
-                "by_backend": dict(by_backend),
-                "by_reason": dict(by_reason),
-                "fallbacks": [
-                    {
-                        "problem": d.problem.to_dict(),
-                        "reasons": [r.to_dict() for r in d.verdict.reasons],
-                        "count": n,
-                    }
-                    for d, n in fallbacks
-                ],
-            }
+            idle = self._idle.value()
+            counted = [(dec, dec.tally.value()) for dec in list(self.cache.values())]
+        for dec, n in counted:
+            if not n:
+                continue
+            if dec.ok:
+                by_backend[self.name] += n
+                continue
+            by_backend["native"] += n
+            fallbacks[dec] += n
+            for code in dec.codes:
+                by_reason[code] += n
+        if idle:
+            by_backend["native"] += idle
+            for code in dict.fromkeys(r.code.value for r in self.unavailable.reasons):
+                by_reason[code] += idle
+        return {
+            "backend": self.name,
+            "total": sum(by_backend.values()),
+            "by_backend": dict(by_backend),
+            "by_reason": dict(by_reason),
+            "fallbacks": [
+                {
+                    "problem": d.problem.to_dict(),
+                    "reasons": [r.to_dict() for r in d.verdict.reasons],
+                    "count": n,
+                }
+                for d, n in fallbacks.most_common(top)
+            ],
+        }
 
     def reset(self) -> None:
+        """Zero the counters and forget which warnings were given (verdicts stay cached)."""
         with self._lock:
-            self._by_backend.clear()
-            self._by_reason.clear()
-            self._fallbacks.clear()
+            for dec in self.cache.values():
+                dec.tally = Tally()
+                dec.loud = not dec.ok
             self._warned.clear()
-            self._idle_calls = itertools.count()
+            self._idle = Tally()
 
     def report(self) -> str:
         """The exit report: where GEMMs ran, per backend, per reason, the most frequent fallbacks."""

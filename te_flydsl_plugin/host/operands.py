@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from ..operands import Fp8Operand, MXFP8Operand
+from ..operands import Fp8Operand, InvalidOperand, MXFP8Operand
 from ..spec import Format, OperandSpec
 
 
@@ -77,21 +77,34 @@ def torch_dtype_of(fmt: Format) -> torch.dtype | None:
     return _TORCH_DTYPES.get(fmt)
 
 
-def _unknown(x: Any) -> View:
-    shape = getattr(x, "shape", ())
+def _shape_of(x: Any) -> tuple[int, ...]:
+    """``x.shape`` as ints where it has one that reads as such, else ``()``."""
     try:
-        shape = tuple(int(s) for s in shape)
+        return tuple(int(s) for s in getattr(x, "shape", ()))
     except (TypeError, ValueError):
-        shape = ()
-    return Unsupported(Format.OTHER, shape, f"unrecognised operand type {type(x).__module__}.{type(x).__qualname__}")
+        return ()
+
+
+def _unknown(x: Any) -> View:
+    return Unsupported(
+        Format.OTHER, _shape_of(x), f"unrecognised operand type {type(x).__module__}.{type(x).__qualname__}"
+    )
 
 
 def view(x: Any) -> View:
-    """The view of one operand; never raises for an unknown class (it becomes Unsupported)."""
+    """The view of one operand; never raises for an unknown class or contradicting fields (Unsupported).
+
+    A converter builds a descriptor, which validates itself at construction: a framework tensor whose
+    fields contradict each other (bf16 bytes in an FP8 tensor, too few MXFP8 scales) is declined with
+    the descriptor's own words instead of computing with them.
+    """
     conv = _converters.get(type(x))
     if conv is None:
         conv = _resolve(type(x))
-    return conv(x)
+    try:
+        return conv(x)
+    except InvalidOperand as exc:
+        return Unsupported(Format.OTHER, _shape_of(x), f"{type(x).__qualname__}: {exc}")
 
 
 def _resolve(cls: type) -> Converter:
@@ -111,13 +124,22 @@ def _resolve(cls: type) -> Converter:
 
 
 def spec_of(v: View) -> OperandSpec:
-    """Metadata of a view, for the GemmProblem (shapes, formats, storages; no data read)."""
+    """Metadata of a view, for the GemmProblem (shapes, formats, storages, starts, devices; no data read)."""
     if isinstance(v, torch.Tensor):
         fmt = _TORCH_FORMATS.get(v.dtype)
         if fmt is None:
             detail = f"torch dtype {v.dtype}" + (" without a scale" if v.dtype.itemsize == 1 else "")
-            return OperandSpec(Format.OTHER, tuple(v.shape), detail=detail)
-        return OperandSpec(fmt, tuple(v.shape), True, False, _dense(v), v.numel() * v.element_size())
+            return OperandSpec(Format.OTHER, tuple(v.shape), detail=detail, devices=(str(v.device),))
+        return OperandSpec(
+            fmt,
+            tuple(v.shape),
+            True,
+            False,
+            _dense(v),
+            v.numel() * v.element_size(),
+            align=start_align(v),
+            devices=(str(v.device),),
+        )
     if isinstance(v, Fp8Operand):
         stores = [t for t in (v.data, v.transpose if v.has_transpose else None) if t is not None]
         return OperandSpec(
@@ -127,6 +149,8 @@ def spec_of(v: View) -> OperandSpec:
             columnwise=v.has_transpose,
             contiguous=all(_dense(t) for t in stores),
             nbytes=max(t.numel() for t in stores),
+            align=start_align(*stores),
+            devices=devices_of(*stores, v.scale_inv),
         )
     if isinstance(v, MXFP8Operand):
         stores = [t for t in (v.rowwise_data, v.columnwise_data) if t is not None]
@@ -137,32 +161,59 @@ def spec_of(v: View) -> OperandSpec:
             columnwise=v.columnwise_data is not None,
             contiguous=all(_dense(t) for t in stores),
             nbytes=max(t.numel() for t in stores),
+            align=start_align(*stores),
+            devices=devices_of(*stores, v.rowwise_scale_inv, v.columnwise_scale_inv),
         )
     return OperandSpec(v.format, tuple(v.shape), rowwise=False, detail=v.detail)
+
+
+def _tensor_key(t: torch.Tensor | None) -> tuple[Any, ...] | None:
+    """What a verdict may depend on of one storage: shape, contiguity, start (modulo MAX_ALIGN), device."""
+    if t is None:
+        return None
+    return (t.shape, t.is_contiguous(), t.storage_offset() % MAX_ALIGN, t.device)
 
 
 def key_of(v: View) -> tuple[Any, ...]:
     """A cheap hashable key with everything ``spec_of`` depends on (for the verdict cache)."""
     if isinstance(v, torch.Tensor):
-        return (v.dtype, v.shape, _dense(v))
+        return (v.dtype, *_tensor_key(v))  # type: ignore[misc]
     if isinstance(v, Fp8Operand):
         return (
             v.format,
-            v.data.shape if v.data is not None else None,
-            v.transpose.shape if v.has_transpose else None,  # type: ignore[union-attr]
-            v.data is None or _dense(v.data),
-            not v.has_transpose or _dense(v.transpose),  # type: ignore[arg-type]
+            _tensor_key(v.data),
+            _tensor_key(v.transpose) if v.has_transpose else None,
+            v.scale_inv.device,
         )
     if isinstance(v, MXFP8Operand):
-        r, c = v.rowwise_data, v.columnwise_data
         return (
             v.format,
-            r.shape if r is not None else None,
-            c.shape if c is not None else None,
-            r is None or _dense(r),
-            c is None or _dense(c),
+            _tensor_key(v.rowwise_data),
+            _tensor_key(v.columnwise_data),
+            None if v.rowwise_scale_inv is None else v.rowwise_scale_inv.device,
+            None if v.columnwise_scale_inv is None else v.columnwise_scale_inv.device,
         )
     return (Unsupported, v.format, v.shape, v.detail)
+
+
+# Starts are reported up to this alignment; the key holds storage offsets modulo it (in elements, which
+# fixes the byte offset modulo it for every element size), so the verdict cache can tell them apart.
+MAX_ALIGN = 256
+
+
+def start_align(*tensors: torch.Tensor) -> int:
+    """The largest power of two, up to MAX_ALIGN, dividing every tensor's start within its storage, in bytes."""
+    align = MAX_ALIGN
+    for t in tensors:
+        start = t.storage_offset() * t.element_size() % MAX_ALIGN
+        if start:
+            align = min(align, start & -start)
+    return align
+
+
+def devices_of(*tensors: Any) -> tuple[str, ...]:
+    """The distinct devices of the given tensors (None skipped), sorted."""
+    return tuple(sorted({str(t.device) for t in tensors if t is not None}))
 
 
 def _dense(t: torch.Tensor) -> bool:

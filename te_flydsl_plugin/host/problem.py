@@ -14,8 +14,11 @@ NT       ``[K, N]`` (lead flat)     ``[K, M]`` (lead flat)   ``[M, N]``
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
+
+import torch
 
 from ..spec import Format, GemmCall, GemmProblem, Layout, OperandSpec
 from . import operands
@@ -63,8 +66,28 @@ def _present(t: Any) -> bool:
     return t is not None and t.numel() != 0
 
 
+def _not_tensors(call: GemmCall) -> dict[str, Any]:
+    """D, bias, gelu_in given as something other than a tensor; alpha, beta that are not numbers."""
+    odd = {k: v for k, v in (("D", call.D), ("bias", call.bias), ("gelu_in", call.gelu_in))
+           if v is not None and not isinstance(v, torch.Tensor)}  # fmt: skip
+    for k, v in (("alpha", call.alpha), ("beta", call.beta)):
+        if v is not None and not isinstance(v, (int, float)):
+            odd[k] = v
+    return odd
+
+
 def build(call: GemmCall, a_spec: OperandSpec, b_spec: OperandSpec, arch: str, device_type: str = "") -> GemmProblem:
-    """The problem for ``call`` whose operands have the given specs, evaluated for ``arch``."""
+    """The problem for ``call`` whose operands have the given specs, evaluated for ``arch``.
+
+    An argument of a type TE's binding does not take (a D that is no tensor, an alpha that is no number)
+    yields a problem with a shape error: TE gets the call, and its binding answers for it.
+    """
+    odd = _not_tensors(call)
+    if odd:
+        plain = dataclasses.replace(call, **{k: (1.0 if k == "alpha" else None) for k in odd})
+        p = build(plain, a_spec, b_spec, arch, device_type)
+        why = "; ".join(f"{k} is a {type(v).__qualname__}" for k, v in odd.items())
+        return dataclasses.replace(p, shape_error="; ".join(e for e in (p.shape_error, why) if e))
     layout = Layout.of(call.transA, call.transB)
     m, n, ka, kb, out_shape = gemm_dims(layout, a_spec.shape, b_spec.shape)
     errors = []
@@ -80,7 +103,7 @@ def build(call: GemmCall, a_spec: OperandSpec, b_spec: OperandSpec, arch: str, d
             out_dtype = d_fmt
         out_contig = d.is_contiguous()
         out_aligned = d.storage_offset() % 4 == 0
-        out_matches = d.numel() == math.prod(out_shape) and d_fmt is out_dtype
+        out_matches = tuple(d.shape) == out_shape and d_fmt is out_dtype
         if not out_matches:
             errors.append(f"D {tuple(d.shape)} {d.dtype} does not hold the {out_shape} {out_dtype.value} output")
     beta = _beta(call)
@@ -89,9 +112,11 @@ def build(call: GemmCall, a_spec: OperandSpec, b_spec: OperandSpec, arch: str, d
     has_bias = _present(call.bias)
     if call.gelu and call.grad and call.gelu_in is None:
         errors.append("gelu with grad needs gelu_in (the saved pre-activation)")
-    aux = call.gelu_in if call.gelu else None
-    if aux is not None and aux.numel() != math.prod(out_shape):
-        errors.append(f"gelu_in holds {aux.numel()} elements, the {out_shape} output needs {math.prod(out_shape)}")
+    # dGELU reads gelu_in; forward GELU ignores it and returns a fresh pre-activation, as TE does.
+    aux = call.gelu_in if call.gelu and call.grad else None
+    if aux is not None and tuple(aux.shape) != out_shape:
+        errors.append(f"gelu_in {tuple(aux.shape)} is not the {out_shape} pre-activation")
+    devices = {*a_spec.devices, *b_spec.devices, *operands.devices_of(d, call.bias, aux)}
     return GemmProblem(
         layout=layout,
         m=m,
@@ -124,5 +149,6 @@ def build(call: GemmCall, a_spec: OperandSpec, b_spec: OperandSpec, arch: str, d
         ),
         arch=arch,
         device_type=device_type,
+        devices=tuple(sorted(devices)),
         shape_error="; ".join(errors),
     )

@@ -16,15 +16,12 @@ from typing import Any
 import torch
 
 from ..spec import GemmCall
-from . import dispatch, operands, problem
+from . import dispatch, operands, problem, signature
 from .device import arch_of
+from .signature import TAIL_KEYWORDS
 
-_TAIL = ("comm_overlap", "comm_type", "extra_output", "bulk_overlap", "alpha", "beta")
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
-
-
-def _tensor_key(t: Any) -> Any:
-    return None if t is None else (t.dtype, t.shape, t.is_contiguous())
+_ALIGN = operands.MAX_ALIGN
 
 
 def _storage_tensor(v: Any) -> Any:
@@ -47,64 +44,69 @@ def wrap_generic_gemm(native: Callable[..., Any]) -> Callable[..., Any]:
     """Return ``generic_gemm`` dispatching through the current dispatcher, falling back to ``native``."""
 
     @functools.wraps(native)
-    def generic_gemm(
-        A: Any,
-        transA: bool,
-        B: Any,
-        transB: bool,
-        D: Any,
-        quantizer: Any,
-        output_dtype: Any,
-        bias: Any,
-        bias_type: Any,
-        gelu: bool,
-        gelu_in: Any,
-        grad: bool,
-        workspace: Any,
-        workspace_size: int,
-        accumulate: bool,
-        use_split_accumulator: bool,
-        *rest: Any,
-        **kwargs: Any,
-    ) -> Any:
-        args = (A, transA, B, transB, D, quantizer, output_dtype, bias, bias_type, gelu, gelu_in, grad,
-                workspace, workspace_size, accumulate, use_split_accumulator)  # fmt: skip
+    def generic_gemm(*args: Any, **kwargs: Any) -> Any:
         d = dispatch._current or dispatch.current()
         if d.passthrough:
             if d.backend is not None:
                 d.ran_unavailable()
-            return native(*args, *rest, **kwargs)
-        # TE passes the tail as keywords; a positional tail is merged for reading only, never forwarded so.
-        get = kwargs.get if not rest else {**dict(zip(_TAIL, rest, strict=False)), **kwargs}.get
+            return native(*args, **kwargs)
+        # TE passes sixteen positionals and the tail by keyword; anything else is bound as TE's binding
+        # would bind it (TypeError where TE raises one), read only, and forwarded as it came.
+        if len(args) == 16 and (not kwargs or TAIL_KEYWORDS.issuperset(kwargs)):
+            required, get = args, kwargs.get
+        else:
+            required, tail = signature.bind(args, kwargs)
+            get = tail.get
+        A, transA, B, transB, D, quantizer, output_dtype, bias, _, gelu, gelu_in, grad, _, _, accumulate, _ = required
         comm, ctype, extra = get("comm_overlap"), get("comm_type"), get("extra_output")
         bulk, alpha, beta = get("bulk_overlap", False), get("alpha", 1.0), get("beta")
-        va = A if type(A) in _PLAIN else operands.view(A)
-        vb = B if type(B) in _PLAIN else operands.view(B)
-        tb = vb if type(vb) in _PLAIN else _storage_tensor(vb)
+        # The key holds everything a verdict depends on: per tensor dtype, shape, contiguity, start
+        # (storage offset modulo _ALIGN) and device; the flags. One flat tuple of locals: building,
+        # hashing and comparing it is the hot path's cost, nested tuples or unpacking would add to it.
+        if type(A) in _PLAIN:
+            va = A
+            a0, a1, a2, a3, a4 = A.dtype, A.shape, A.is_contiguous(), A.storage_offset() % _ALIGN, A.device
+        else:
+            va = operands.view(A)
+            a0, a1, a2, a3, a4 = operands.key_of(va), None, None, None, None
+        if type(B) in _PLAIN:
+            vb = B
+            b0, b1, b2, b3, b4 = B.dtype, B.shape, B.is_contiguous(), B.storage_offset() % _ALIGN, B.device
+        else:
+            vb = operands.view(B)
+            b0, b1, b2, b3, b4 = operands.key_of(vb), None, None, None, None
+        # D, bias, gelu_in that are not tensors are keyed by type; the problem declines them (SHAPE).
+        if D is None or not isinstance(D, torch.Tensor):
+            d0, d1, d2, d3, d4 = type(D), None, None, None, None
+        else:
+            d0, d1, d2, d3, d4 = D.dtype, D.shape, D.is_contiguous(), D.storage_offset() % _ALIGN, D.device
+        if bias is None or not isinstance(bias, torch.Tensor):
+            c0, c1, c2, c3 = type(bias), None, None, None
+        else:
+            c0, c1, c2, c3 = bias.dtype, bias.shape, bias.is_contiguous(), bias.device
+        if gelu_in is None or not isinstance(gelu_in, torch.Tensor):
+            g0, g1, g2, g3 = type(gelu_in), None, None, None
+        else:
+            g0, g1, g2, g3 = gelu_in.dtype, gelu_in.shape, gelu_in.is_contiguous(), gelu_in.device
         key = (
-            transA, transB,
-            (va.dtype, va.shape, va.is_contiguous()) if type(va) in _PLAIN else operands.key_of(va),
-            (vb.dtype, vb.shape, vb.is_contiguous()) if type(vb) in _PLAIN else operands.key_of(vb),
-            None if D is None else (D.dtype, D.shape, D.is_contiguous()),
-            output_dtype,
-            None if bias is None else (bias.dtype, bias.shape, bias.is_contiguous()),
-            gelu, None if gelu_in is None else (gelu_in.dtype, gelu_in.shape, gelu_in.is_contiguous()),
-            grad, accumulate, quantizer is None,
-            comm is None and ctype is None and extra is None, bulk, alpha, beta,
-            None if tb is None else (tb.is_cuda, tb.get_device(), tb.is_meta),
+            a0, a1, a2, a3, a4, b0, b1, b2, b3, b4, transA, transB, output_dtype, gelu, grad, accumulate,
+            quantizer is None, comm is None and ctype is None and extra is None, bulk, alpha, beta,
+            d0, d1, d2, d3, d4, c0, c1, c2, c3, g0, g1, g2, g3,
         )  # fmt: skip
         decision = d.cache.get(key)
         if decision is None:
-            call = _call(va, vb, args, (comm, ctype, extra, bulk, alpha, beta))
             dev = _device(vb)
             arch = d.settings.target_arch or arch_of(*dev)
+            call = _call(va, vb, required, (comm, ctype, extra, bulk, alpha, beta))
             decision = d.decide(key, problem.build(call, operands.spec_of(va), operands.spec_of(vb), arch, dev[0]))
         if decision.ok:
-            out = d.backend.run(decision.problem, _call(va, vb, args, (comm, ctype, extra, bulk, alpha, beta)))
-            d.ran_backend()
+            out = d.backend.run(decision.problem, _call(va, vb, required, (comm, ctype, extra, bulk, alpha, beta)))
+            decision.tally.hit()
             return out
-        d.ran_native(decision)
-        return native(*args, *rest, **kwargs)
+        decision.tally.hit()
+        if decision.loud:
+            d.declined(decision)
+        return native(*args, **kwargs)
 
     generic_gemm.__te_flydsl_native__ = native  # type: ignore[attr-defined]
     return generic_gemm
