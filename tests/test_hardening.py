@@ -29,15 +29,47 @@ def tn_args(m: int = 24, n: int = 16, k: int = 32, **tensors) -> tuple:
 # ---------------------------------------------------------------- item 1: TE's signature
 
 
+def _te_2_20_generic_gemm(A, transA, B, transB, D, quantizer, output_dtype, bias, bias_type, gelu, gelu_in,
+                          grad, workspace, workspace_size, accumulate, use_split_accumulator, comm_overlap=None,
+                          comm_type=None, extra_output=None, bulk_overlap=False, alpha=1.0, beta=None):  # fmt: skip
+    """TE 2.20's binding, as far as refusing arguments goes (pybind11 raises TypeError the same way)."""
+    return ["native", None, None, None]
+
+
 @pytest.mark.parametrize(
-    ("args_extra", "kwargs", "match"),
+    ("args_extra", "kwargs", "unknown"),
     [
         ((), {"frobnicate": 1}, "frobnicate"),
-        ((None, None, None, False, 1.0, None, "extra"), {}, "too many positional"),
-        ((None,), {"comm_overlap": None}, "multiple values"),
-        ((), {"A": None}, "multiple values"),
+        ((None, None, None, False, 1.0, None, "extra"), {}, "positional argument 23"),
     ],
-    ids=["unknown-keyword", "23rd-positional", "tail-twice", "A-twice"],
+    ids=["unknown-keyword", "23rd-positional"],
+)
+def test_an_argument_te_2_20_lacks_goes_to_te_as_it_came(reference_dispatcher, native, args_extra, kwargs, unknown):
+    """Never dropped, never guessed: TE's own generic_gemm gets the call untouched and decides (TE 2.20
+    raises TypeError; a newer TE that has the argument runs it)."""
+    args = (*tn_args(), *args_extra)
+    assert tp.wrap_generic_gemm(native)(*args, **kwargs)[0] == "native"
+    (got_args, got_kwargs), *more = native.calls
+    assert not more and got_kwargs == kwargs and all(a is b for a, b in zip(got_args, args, strict=True))
+    s = tp.stats()
+    assert s["by_reason"] == {"FEATURE": 1} and s["by_backend"] == {"native": 1}, s
+    assert unknown in s["fallbacks"][0]["reasons"][0]["message"]
+    with pytest.raises(TypeError):
+        tp.wrap_generic_gemm(_te_2_20_generic_gemm)(*args, **kwargs)
+
+
+def test_the_same_call_without_the_unknown_argument_still_runs_on_the_backend(reference_dispatcher, native):
+    """The decline is keyed on the unknown names: it never sticks to the plain call of the same shape."""
+    gemm = tp.wrap_generic_gemm(native)
+    gemm(*tn_args(), frobnicate=1)
+    gemm(*tn_args())
+    assert tp.stats()["by_backend"] == {"native": 1, "flydsl": 1}
+
+
+@pytest.mark.parametrize(
+    ("args_extra", "kwargs", "match"),
+    [((None,), {"comm_overlap": None}, "multiple values"), ((), {"A": None}, "multiple values")],
+    ids=["tail-twice", "A-twice"],
 )
 def test_a_call_te_would_refuse_raises_typeerror(reference_dispatcher, native, args_extra, kwargs, match):
     with pytest.raises(TypeError, match=match):

@@ -145,17 +145,22 @@ class Dispatcher:
     def name(self) -> str:
         return self.backend.name if self.backend is not None else "native"
 
-    def decide(self, key: Any, problem: GemmProblem) -> Decision:
+    def decide(self, key: Any, problem: GemmProblem, host_reason: Reason | None = None) -> Decision:
         """Check ``problem`` once and cache the verdict under ``key``.
 
-        ``check()`` is pure and total by contract; one that raises is a bug in the backend, and a bug
-        is never a fallback: :class:`GemmBackendError` names it, nothing is cached, the call fails.
+        ``host_reason``: the host itself declines the call (it holds arguments no ``GemmCall`` can carry),
+        and the backend is not asked. ``check()`` is pure and total by contract; one that raises is a
+        bug in the backend, and a bug is never a fallback: :class:`GemmBackendError` names it, nothing
+        is cached, the call fails.
         """
         assert self.backend is not None
-        try:
-            verdict = self.backend.check(problem)
-        except Exception as exc:
-            raise GemmBackendError(self.name, "check", exc) from exc
+        if host_reason is not None:
+            verdict = Verdict.no(host_reason)
+        else:
+            try:
+                verdict = self.backend.check(problem)
+            except Exception as exc:
+                raise GemmBackendError(self.name, "check", exc) from exc
         decision = Decision(problem, verdict)
         with self._lock:
             self.cache[key] = decision

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from ..spec import GemmCall
+from ..spec import GemmCall, Reason, ReasonCode
 from . import dispatch, operands, problem, signature
 from .device import arch_of
 from .signature import TAIL_KEYWORDS
@@ -51,11 +51,13 @@ def wrap_generic_gemm(native: Callable[..., Any]) -> Callable[..., Any]:
                 d.ran_unavailable()
             return native(*args, **kwargs)
         # TE passes sixteen positionals and the tail by keyword; anything else is bound as TE's binding
-        # would bind it (TypeError where TE raises one), read only, and forwarded as it came.
+        # would bind it (TypeError where TE raises one), read only, and forwarded as it came. Arguments
+        # TE 2.20 has not are TE's to judge: such a call is declined (host.signature).
+        unknown: tuple[str, ...] = ()
         if len(args) == 16 and (not kwargs or TAIL_KEYWORDS.issuperset(kwargs)):
             required, get = args, kwargs.get
         else:
-            required, tail = signature.bind(args, kwargs)
+            required, tail, unknown = signature.bind(args, kwargs)
             get = tail.get
         A, transA, B, transB, D, quantizer, output_dtype, bias, _, gelu, gelu_in, grad, _, _, accumulate, _ = required
         comm, ctype, extra = get("comm_overlap"), get("comm_type"), get("extra_output")
@@ -93,12 +95,15 @@ def wrap_generic_gemm(native: Callable[..., Any]) -> Callable[..., Any]:
             quantizer is None, comm is None and ctype is None and extra is None, bulk, alpha, beta,
             d0, d1, d2, d3, d4, c0, c1, c2, c3, g0, g1, g2, g3,
         )  # fmt: skip
+        if unknown:
+            key = (key, unknown)
         decision = d.cache.get(key)
         if decision is None:
             dev = _device(vb)
             arch = d.settings.target_arch or arch_of(*dev)
             call = _call(va, vb, required, (comm, ctype, extra, bulk, alpha, beta))
-            decision = d.decide(key, problem.build(call, operands.spec_of(va), operands.spec_of(vb), arch, dev[0]))
+            p = problem.build(call, operands.spec_of(va), operands.spec_of(vb), arch, dev[0])
+            decision = d.decide(key, p, _unknown_reason(unknown) if unknown else None)
         if decision.ok:
             out = d.backend.run(decision.problem, _call(va, vb, required, (comm, ctype, extra, bulk, alpha, beta)))
             decision.tally.hit()
@@ -110,6 +115,15 @@ def wrap_generic_gemm(native: Callable[..., Any]) -> Callable[..., Any]:
 
     generic_gemm.__te_flydsl_native__ = native  # type: ignore[attr-defined]
     return generic_gemm
+
+
+def _unknown_reason(unknown: tuple[str, ...]) -> Reason:
+    return Reason(
+        ReasonCode.FEATURE,
+        f"generic_gemm got {', '.join(unknown)}, which TE 2.20's generic_gemm does not have: "
+        "the plugin cannot honour what it cannot read, so TE's own generic_gemm takes the call as it came",
+        "arguments",
+    )
 
 
 def _call(va: Any, vb: Any, args: tuple[Any, ...], tail: tuple[Any, ...]) -> GemmCall:
