@@ -10,7 +10,7 @@ GEMM goes through the plugin's wrapper with the FlyDSL backend's reference execu
   cannot take different paths and deadlock a collective);
 - a comm+GEMM-overlap call (userbuffers) is declined on every rank and reaches TE's GEMM with its
   arguments exactly as given;
-- each rank's counters count its own calls.
+- each rank's counters and exit report count its own calls, and the report names the rank.
 """
 
 from __future__ import annotations
@@ -119,6 +119,7 @@ def _rank_steps(rank: int, init: str) -> dict[str, Any]:
             "by_backend": s["by_backend"],
             "by_reason": s["by_reason"],
             "declined": decisions,
+            "report": dispatch.current().report(),
         }
     finally:
         dist.destroy_process_group()
@@ -157,3 +158,10 @@ def test_every_rank_decides_alike_and_counts_its_own_calls(ranks: list[dict[str,
         assert res["by_backend"] == {"flydsl": 6, "native": 1}, f"rank {r}: {res['by_backend']}"
         assert res["by_reason"] == {"FEATURE": 1}, f"rank {r}: {res['by_reason']}"
     assert all(res["declined"] == ranks[0]["declined"] for res in ranks)
+
+
+def test_each_rank_reports_its_own_calls(ranks: list[dict[str, Any]]) -> None:
+    """NVTE_GEMM_BACKEND_REPORT prints one report per process: each says which rank it is."""
+    for r, res in enumerate(ranks):
+        head = res["report"].splitlines()[0]
+        assert head.startswith(f"te-flydsl-plugin [rank {r}]: 7 GEMM calls"), res["report"]

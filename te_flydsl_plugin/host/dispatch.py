@@ -243,7 +243,9 @@ class Dispatcher:
     def report(self) -> str:
         """The exit report: where GEMMs ran, per backend, per reason, the most frequent fallbacks."""
         s = self.stats()
-        lines = [f"te-flydsl-plugin: {s['total']} GEMM calls, selected backend {s['backend']}"]
+        rank = _rank()
+        who = f"te-flydsl-plugin [rank {rank}]" if rank is not None else "te-flydsl-plugin"
+        lines = [f"{who}: {s['total']} GEMM calls, selected backend {s['backend']}"]
         lines += [f"  ran on {k}: {v}" for k, v in sorted(s["by_backend"].items())]
         lines += [f"  declined [{k}]: {v}" for k, v in sorted(s["by_reason"].items())]
         for f in s["fallbacks"]:
@@ -254,6 +256,18 @@ class Dispatcher:
                 f"{p['b']['format']}x{p['a']['format']}->{p['out_dtype']} {p['epilogue']}: {why}"
             )
         return "\n".join(lines)
+
+
+def _rank() -> str | None:
+    """This process's rank in a distributed job (every rank prints its own report), else None.
+
+    ``torch.distributed`` when a process group is up, else ``RANK`` (torchrun sets it; at exit the group
+    may be gone already). The module is only looked up, never imported, so a report costs no import.
+    """
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return str(dist.get_rank())
+    return os.environ.get("RANK")
 
 
 _current: Dispatcher | None = None
