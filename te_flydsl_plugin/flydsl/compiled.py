@@ -327,7 +327,40 @@ def _mx_family() -> tuple[KernelConfig, ...]:
     )
 
 
-FAMILY: tuple[KernelConfig, ...] = _family() + _mx_family()
+def _epilogue_family() -> tuple[KernelConfig, ...]:
+    """The fused epilogues (kernels/epilogue.py) in the combinations TE issues, on the 256 x 256 tiles.
+
+    TE's fprop (TN) takes ``bias`` / ``gelu`` / ``bias_gelu`` and its dgrad (NN) ``dgelu`` /
+    ``dgelu_bgrad``, always with the output in the activation dtype: bf16 -> bf16, fp16 -> fp16,
+    fp32 -> fp32, and FP8 / MXFP8 -> bf16 or fp16. FP8 fprop multiplies E4M3 by E4M3 (every recipe);
+    dgrad E4M3 weights by E4M3 (E4M3 recipe) or E5M2 (HYBRID) gradients. The full cross product with
+    every output dtype and FP8 kind pair would be 7x the compile time for combinations TE never
+    issues; they stay declined (KERNEL). Small grids use the 256 x 256 tile too (``select`` picks a
+    128 x 128 config only where it is backed).
+    """
+    F = Format
+    same = [(F.BF16, F.BF16), (F.FP16, F.FP16), (F.FP32, F.FP32)]
+    lows = (F.BF16, F.FP16)
+    # (lhs = TE's B, rhs = TE's A, lhs K-major, rhs K-major, outs, epilogues)
+    kinds: list[tuple[Format, Format, bool, bool, tuple[Format, ...], tuple[str, ...]]] = []
+    fwd, bwd = ("bias", "gelu", "bias_gelu"), ("dgelu", "dgelu_bgrad")
+    for f, _ in same:
+        kinds += [(f, f, True, True, (f,), fwd), (f, f, True, False, (f,), bwd)]
+    kinds += [(F.FP8_E4M3, F.FP8_E4M3, True, True, lows, fwd + bwd), (F.FP8_E5M2, F.FP8_E4M3, True, True, lows, bwd)]
+    kinds += [(F.MXFP8_E4M3, F.MXFP8_E4M3, True, True, lows, fwd)]
+    kinds += [(g, F.MXFP8_E4M3, True, False, lows, bwd) for g in (F.MXFP8_E4M3, F.MXFP8_E5M2)]
+    tiles = {F.FP32: (32, 8), F.BF16: (64, 4), F.FP16: (64, 4)}
+    return tuple(
+        KernelConfig(lf, rf, lk, rk, o, e, tile_k=tiles.get(lf, (128, 4))[0], waves=tiles.get(lf, (128, 4))[1])
+        for lf, rf, lk, rk, outs, epis in kinds
+        for o in outs
+        for e in epis
+    )
+
+
+PLAIN_FAMILY: tuple[KernelConfig, ...] = _family() + _mx_family()
+EPILOGUE_FAMILY: tuple[KernelConfig, ...] = _epilogue_family()
+FAMILY: tuple[KernelConfig, ...] = PLAIN_FAMILY + EPILOGUE_FAMILY
 # Every family config passed all three gates (tests/kernels: test_compile.py, test_emulator.py); a
 # config that fails any of them must leave this tuple, and the matrix loses its row with it.
 BACKED: tuple[KernelConfig, ...] = FAMILY
