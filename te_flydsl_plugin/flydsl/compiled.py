@@ -234,6 +234,24 @@ def accumulator_report(text: str) -> dict[str, int]:
     }
 
 
+def code_report(text: str) -> dict[str, Any]:
+    """Instruction counts of a one-kernel disassembly ``text``: what the epilogue costs, and whether the
+    K loop stayed as it was.
+
+    ``loop_insts``: instructions per iteration of each loop (a backward branch's target to the branch),
+    in code order; ``epilogue_insts``: instructions after the last loop's branch, to the end of the
+    kernel (per wave, static: code that both sides of a branch hold is counted once per side, so the
+    plain epilogue's two bodies, beta 0 and beta != 0, are both in it).
+    """
+    from .emulator.decode import decode_text
+
+    insts = [i for kernel in decode_text(text).values() for i in kernel]
+    loops = [b for b in insts if b.branch_target is not None and b.branch_target <= b.address]
+    sizes = [sum(1 for i in insts if b.branch_target <= i.address <= b.address) for b in loops]
+    end = max((b.address for b in loops), default=-1)
+    return {"loop_insts": sizes, "epilogue_insts": sum(1 for i in insts if i.address > end)}
+
+
 def isa_report(cfg: KernelConfig, arch: str = "gfx950") -> dict[str, Any]:
     """The ISA budget checks of one config, with the numbers behind them.
 
@@ -249,6 +267,7 @@ def isa_report(cfg: KernelConfig, arch: str = "gfx950") -> dict[str, Any]:
     text = toolchain.disassemble(ck.code_object, arch)
     mfma_count = len(re.findall(rf"^\s+{mfma}\s", text, re.M))
     acc = accumulator_report(text)
+    code = code_report(text)
     checks = {
         "mfma": mfma_count > 0,
         "scratch": r.scratch_bytes == 0,
@@ -263,6 +282,7 @@ def isa_report(cfg: KernelConfig, arch: str = "gfx950") -> dict[str, Any]:
     }
     return {
         "config": cfg.name,
+        "plain_twin": dataclasses.replace(cfg, epilogue="plain").name,  # the same kernel with the plain store
         "arch": arch,
         "kernel": ck.kernel,
         "mfma": mfma,
@@ -270,6 +290,7 @@ def isa_report(cfg: KernelConfig, arch: str = "gfx950") -> dict[str, Any]:
         "vgpr": r.vgpr_count,
         "agpr": r.agpr_count,
         **acc,
+        **code,
         "sgpr": r.sgpr_count,
         "lds_bytes": r.lds_bytes,
         "scratch_bytes": r.scratch_bytes,
@@ -332,11 +353,13 @@ def _epilogue_family() -> tuple[KernelConfig, ...]:
 
     TE's fprop (TN) takes ``bias`` / ``gelu`` / ``bias_gelu`` and its dgrad (NN) ``dgelu`` /
     ``dgelu_bgrad``, always with the output in the activation dtype: bf16 -> bf16, fp16 -> fp16,
-    fp32 -> fp32, and FP8 / MXFP8 -> bf16 or fp16. FP8 fprop multiplies E4M3 by E4M3 (every recipe);
-    dgrad E4M3 weights by E4M3 (E4M3 recipe) or E5M2 (HYBRID) gradients. The full cross product with
-    every output dtype and FP8 kind pair would be 7x the compile time for combinations TE never
-    issues; they stay declined (KERNEL). Small grids use the 256 x 256 tile too (``select`` picks a
-    128 x 128 config only where it is backed).
+    fp32 -> fp32, and FP8 / MXFP8 -> bf16 or fp16. Its wgrad (NT) takes ``bgrad``, backed for 16-bit /
+    fp32 operands into the activation dtype or the fp32 main_grad (kernels/rowsum.py); FP8 / MXFP8
+    ``bgrad`` would need FP8 decoding in the row sums and is declined. FP8 fprop multiplies E4M3 by
+    E4M3 (every recipe); dgrad E4M3 weights by E4M3 (E4M3 recipe) or E5M2 (HYBRID) gradients. The full
+    cross product with every output dtype and FP8 kind pair would be about 7x the compile time, for
+    combinations TE does not issue; they stay declined (KERNEL). Small grids use the 256 x 256 tile too
+    (``select`` picks a 128 x 128 config only where it is backed).
     """
     F = Format
     same = [(F.BF16, F.BF16), (F.FP16, F.FP16), (F.FP32, F.FP32)]
@@ -346,6 +369,8 @@ def _epilogue_family() -> tuple[KernelConfig, ...]:
     fwd, bwd = ("bias", "gelu", "bias_gelu"), ("dgelu", "dgelu_bgrad")
     for f, _ in same:
         kinds += [(f, f, True, True, (f,), fwd), (f, f, True, False, (f,), bwd)]
+        # wgrad's BGRADB, into the activation dtype or (fuse_wgrad_accumulation) the fp32 main_grad
+        kinds += [(f, f, False, False, tuple(dict.fromkeys((f, F.FP32))), ("bgrad",))]
     kinds += [(F.FP8_E4M3, F.FP8_E4M3, True, True, lows, fwd + bwd), (F.FP8_E5M2, F.FP8_E4M3, True, True, lows, bwd)]
     kinds += [(F.MXFP8_E4M3, F.MXFP8_E4M3, True, True, lows, fwd)]
     kinds += [(g, F.MXFP8_E4M3, True, False, lows, bwd) for g in (F.MXFP8_E4M3, F.MXFP8_E5M2)]

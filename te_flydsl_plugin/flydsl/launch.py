@@ -62,9 +62,8 @@ class Launch:
     extras: tuple = (None, None, None)
 
     def jit_args(self) -> tuple:
-        return gemm.jit_args(
-            self.config, self.out, self.lhs, self.rhs, self.lhs_scale, self.rhs_scale, self.alpha, self.beta, self.extras
-        )
+        views = (self.out, self.lhs, self.rhs, self.lhs_scale, self.rhs_scale)
+        return gemm.jit_args(self.config, *views, self.alpha, self.beta, self.extras)
 
 
 def piece_launch(plan: GemmPlan, pc: Piece, bias: torch.Tensor | None = None) -> Launch:
@@ -76,15 +75,17 @@ def piece_launch(plan: GemmPlan, pc: Piece, bias: torch.Tensor | None = None) ->
     """
     cfg = plan.config
     last_k = pc.k1 == plan.lhs.k
-    if not last_k:
+    # bgrad sums lhs over every K piece, once per output row: in the pieces of the first column range.
+    fused = pc.n0 == 0 if epilogue.FLAGS[cfg.epilogue].rowsum else last_k
+    if not fused:
         cfg = dataclasses.replace(cfg, epilogue="plain")
-    bias_v, aux, partials = None, None, None
-    if last_k and bias is not None:
+    bias_v, aux = None, None
+    if fused and bias is not None:
         bias_v = bias[pc.n0 : pc.n1]
-    if last_k and plan.gelu_aux is not None:
+    if fused and plan.gelu_aux is not None:
         aux = plan.gelu_aux[pc.m0 : pc.m1, pc.n0 : pc.n1]
-    if last_k and epilogue.FLAGS[cfg.epilogue][3]:
-        partials = torch.empty(gemm.partial_rows(cfg, pc.m1 - pc.m0), pc.n1 - pc.n0, device=plan.out.device)
+    ws = gemm.partials_shape(cfg, pc.m1 - pc.m0, pc.n1 - pc.n0)
+    partials = None if ws is None else torch.empty(ws, dtype=torch.float32, device=plan.out.device)
     return Launch(
         config=cfg,
         out=plan.out[pc.m0 : pc.m1, pc.n0 : pc.n1],
@@ -104,11 +105,11 @@ def _check(plan: GemmPlan, mode: str) -> None:
     cfg = plan.config
     if cfg.epilogue not in epilogue.FLAGS:
         raise ValueError(f"{cfg.name}: compiled kernels implement the epilogues {sorted(epilogue.FLAGS)}")
-    bias, gelu, dgelu, colsum = epilogue.FLAGS[cfg.epilogue]
+    parts = epilogue.FLAGS[cfg.epilogue]
     for name, t, wanted in (
-        ("bias", plan.bias, bias),
-        ("gelu_aux", plan.gelu_aux, gelu or dgelu),
-        ("bias_grad", plan.bias_grad, colsum),
+        ("bias", plan.bias, parts.bias),
+        ("gelu_aux", plan.gelu_aux, parts.gelu or parts.dgelu),
+        ("bias_grad", plan.bias_grad, parts.colsum or parts.rowsum),
     ):
         if (t is not None) != wanted:
             raise ValueError(f"{cfg.name}: the {cfg.epilogue} epilogue {'needs' if wanted else 'takes no'} {name}")
@@ -128,8 +129,8 @@ def execute(plan: GemmPlan, mode: str = "flydsl") -> None:
 
     Besides the GEMM launches, on the same stream: a fused bias is widened to fp32 first (exact; one
     N-element op, none when it is fp32 already), and ``dgelu_bgrad``'s per-tile column-sum partials
-    are summed afterwards, row by row in a fixed order (``torch.sum`` over the workspace's rows: no
-    atomics, the same bits every run), into ``plan.bias_grad``.
+    and ``bgrad``'s per-thread row-sum partials are summed afterwards, in a fixed order (``torch.sum``
+    over the workspaces' rows: no atomics, the same bits every run), into ``plan.bias_grad``.
     """
     _check(plan, mode)
     bias = None if plan.bias is None else plan.bias.to(torch.float32).contiguous()
@@ -149,13 +150,18 @@ def execute(plan: GemmPlan, mode: str = "flydsl") -> None:
 
 
 def _reduce_partials(plan: GemmPlan, launches: list[Launch]) -> None:
-    """``bias_grad[n] = sum of every partial row of column n``, pieces in plan order, rows in order."""
-    by_cols: dict[tuple[int, int], list[torch.Tensor]] = {}
+    """``bias_grad`` from the launches' partial rows, pieces in plan order, rows in order.
+
+    ``dgelu_bgrad``: column sums (``bias_grad[n]``, per column range of the pieces); ``bgrad``: row
+    sums (``bias_grad[m]``, per row range, K pieces included).
+    """
+    rowsum = epilogue.FLAGS[plan.config.epilogue].rowsum
+    by_range: dict[tuple[int, int], list[torch.Tensor]] = {}
     for pc, ln in zip((pc for pc in plan.pieces if pc.m1 > pc.m0 and pc.n1 > pc.n0), launches, strict=True):
         if ln.extras[2] is not None:
-            by_cols.setdefault((pc.n0, pc.n1), []).append(ln.extras[2])
-    for (n0, n1), parts in by_cols.items():
-        plan.bias_grad[n0:n1].copy_(torch.cat(parts).sum(dim=0))
+            by_range.setdefault((pc.m0, pc.m1) if rowsum else (pc.n0, pc.n1), []).append(ln.extras[2])
+    for (r0, r1), parts in by_range.items():
+        plan.bias_grad[r0:r1].copy_(torch.cat(parts).sum(dim=0))
 
 
 def emulate(ln: Launch) -> Any:

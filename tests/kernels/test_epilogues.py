@@ -4,26 +4,24 @@ Each epilogue config (``compiled.EPILOGUE_FAMILY``) must compile within the ISA 
 covers that for the whole family) with a K loop identical to its plain config's, and match the
 reference executor (``executors.run_reference``, the semantics TE's epilogues define) on shapes with
 M != N != K, edge tiles in M and N, a K tail, a given D (beta), host-split pieces (the epilogue runs
-in the last K piece only) and K = 0. ``dgelu_bgrad``'s bias gradient must be the same bits on every
-run (the partials are reduced in a fixed order, no atomics).
+in the last K piece only; bgrad in every K piece of the first column range) and K = 0. The bias
+gradients must be the same bits on every run (the partials are reduced in a fixed order, no atomics).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import types
 
 import pytest
 import torch
 
 from te_flydsl_plugin.flydsl import compiled, launch
-from te_flydsl_plugin.flydsl.executors import run_reference
 from te_flydsl_plugin.flydsl.kernels import epilogue
 from te_flydsl_plugin.flydsl.kernels.config import KernelConfig
 from te_flydsl_plugin.flydsl.plan_types import GemmPlan, Piece
 from te_flydsl_plugin.spec import Format
 
-from .helpers import needs_toolchain, plan_for, tolerance
+from .helpers import needs_toolchain, outputs, plan_for, run_and_compare, with_epilogue
 
 pytestmark = [pytest.mark.emulator, needs_toolchain]
 F = Format
@@ -33,53 +31,6 @@ MX_EPI = [c for c in compiled.BACKED if c.epilogue != "plain" and c.scaling == "
 
 def _k_unit(cfg: KernelConfig) -> int:
     return 16 // cfg.lhs_format.itemsize
-
-
-def with_epilogue(plan: GemmPlan, seed: int) -> GemmPlan:
-    """``plan`` with the tensors its config's epilogue needs: a bias (bf16: the host widens it), the
-    saved pre-activation (dGELU reads it; GELU overwrites a poisoned one) and a bias-grad output."""
-    cfg = plan.config
-    gen = torch.Generator().manual_seed(seed)
-    m, n = plan.out.shape
-    add_bias, fwd_gelu, bwd_gelu, colsum = epilogue.FLAGS[cfg.epilogue]
-    bias = (torch.randn(n, generator=gen) * 2).to(torch.bfloat16) if add_bias else None
-    aux = None
-    if fwd_gelu:
-        aux = torch.full((m, n), float("nan")).to(plan.out.dtype)
-    if bwd_gelu:
-        aux = (torch.randn(m, n, generator=gen) * 2).to(plan.out.dtype)
-    grad = torch.full((n,), float("nan")).to(plan.out.dtype) if colsum else None
-    problem = types.SimpleNamespace(epilogue=cfg.epilogue)
-    return dataclasses.replace(plan, problem=problem, bias=bias, gelu_aux=aux, bias_grad=grad)
-
-
-def _outputs(plan: GemmPlan) -> GemmPlan:
-    """The same plan with private copies of everything an executor writes."""
-    return dataclasses.replace(
-        plan,
-        out=plan.out.clone(),
-        gelu_aux=None if plan.gelu_aux is None else plan.gelu_aux.clone(),
-        bias_grad=None if plan.bias_grad is None else plan.bias_grad.clone(),
-    )
-
-
-def run_and_compare(plan: GemmPlan) -> GemmPlan:
-    """The emulator against the reference executor on copies of ``plan``; returns the emulated plan."""
-    cfg = plan.config
-    want, got = _outputs(plan), _outputs(plan)
-    run_reference(want)
-    n_before = launch.launch_counts["emulator"]
-    launch.execute(got, "emulator")
-    assert launch.launch_counts["emulator"] == n_before + len(plan.pieces)
-    k = plan.lhs.k
-    atol, rtol = tolerance(cfg, k)
-    torch.testing.assert_close(got.out.double(), want.out.double(), atol=atol, rtol=rtol)
-    if epilogue.FLAGS[cfg.epilogue][1]:
-        torch.testing.assert_close(got.gelu_aux.double(), want.gelu_aux.double(), atol=atol, rtol=rtol)
-    if got.bias_grad is not None:
-        m = plan.out.shape[0]
-        torch.testing.assert_close(got.bias_grad.double(), want.bias_grad.double(), atol=atol * m**0.5, rtol=rtol)
-    return got
 
 
 def _plan(cfg: KernelConfig, m: int, n: int, k: int, alpha: float, beta: float, pieces=None) -> GemmPlan:
@@ -92,11 +43,12 @@ def _plan(cfg: KernelConfig, m: int, n: int, k: int, alpha: float, beta: float, 
 def test_epilogue_family_is_the_plain_family_plus_epilogues() -> None:
     """Every epilogue config's plain twin is backed (K pieces before the last run it), and each
     epilogue appears where TE issues it: bias / GELU in TN, dGELU in NN."""
+    where = {"bgrad": "NT", "dgelu": "NN", "dgelu_bgrad": "NN"}
     for cfg in EPI + MX_EPI:
         assert dataclasses.replace(cfg, epilogue="plain") in compiled.BACKED, cfg.name
-        layout = {(True, True): "TN", (True, False): "NN"}[(cfg.lhs_k_major, cfg.rhs_k_major)]
-        want = "NN" if cfg.epilogue.startswith("dgelu") else "TN"
-        assert layout == want or (cfg.scaling == "tensor" and cfg.epilogue.startswith("dgelu")), cfg.name
+        layout = {(True, True): "TN", (True, False): "NN", (False, False): "NT"}[(cfg.lhs_k_major, cfg.rhs_k_major)]
+        want = where.get(cfg.epilogue, "TN")
+        assert layout == want or (cfg.scaling == "tensor" and want == "NN"), cfg.name  # FP8 NN reads K-major
     assert {c.epilogue for c in EPI} == set(epilogue.FLAGS) - {"plain"}
 
 
@@ -137,18 +89,46 @@ def test_epilogue_in_host_split_pieces(cfg: KernelConfig) -> None:
     run_and_compare(_plan(cfg, m, n, k, 0.5, 0.25, pieces=pieces))
 
 
-@pytest.mark.parametrize("epi", ["bias_gelu", "dgelu_bgrad"])
+@pytest.mark.parametrize("epi", ["bias_gelu", "dgelu_bgrad", "bgrad"])
 def test_epilogue_empty_k(epi: str) -> None:
     """K = 0: the epilogue applies to beta * out."""
     cfg = next(c for c in EPI if c.epilogue == epi and c.lhs_format is F.BF16 and c.out_format is F.BF16)
     run_and_compare(_plan(cfg, 40, 72, 0, 1.0, 0.5))
 
 
-def test_bias_grad_is_deterministic() -> None:
-    """Several tile rows feed the same columns: two runs give the same bits."""
-    cfg = next(c for c in EPI if c.epilogue == "dgelu_bgrad" and c.lhs_format is F.BF16 and c.out_format is F.FP32)
-    plan = _plan(cfg, 520, 72, 2 * _k_unit(cfg), 1.0, 0.0)
+@pytest.mark.parametrize(("epi", "out"), [("dgelu_bgrad", F.BF16), ("bgrad", F.FP32)])
+def test_bias_grad_is_deterministic(epi: str, out: Format) -> None:
+    """Several tile rows feed the same columns (dgelu_bgrad), several K tiles and thread groups the
+    same rows (bgrad): two runs give the same bits."""
+    cfg = next(c for c in EPI if c.epilogue == epi and c.lhs_format is F.BF16 and c.out_format is out)
+    plan = _plan(cfg, 520, 264, 5 * _k_unit(cfg) * 8, 1.0, 0.0)
     first = run_and_compare(plan).bias_grad
-    again = _outputs(plan)
+    again = outputs(plan)
     launch.execute(again, "emulator")
     assert torch.equal(first, again.bias_grad)
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("cfg", [c for c in EPI + MX_EPI if c.epilogue != "bgrad"], ids=lambda c: c.name)
+def test_epilogue_leaves_the_k_loop_alone(cfg: KernelConfig) -> None:
+    """A fused epilogue runs after the last MFMA: its config's K loop is the plain twin's, instruction
+    for instruction count (the accumulators stay in place in the same AGPRs), and only the code after
+    the loop grows."""
+    rep = compiled.isa_report(cfg)
+    plain = compiled.isa_report(dataclasses.replace(cfg, epilogue="plain"))
+    assert rep["ok"], rep
+    assert rep["loop_insts"] == plain["loop_insts"], (rep["loop_insts"], plain["loop_insts"])
+    assert rep["agpr_accumulators"] == plain["agpr_accumulators"]
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("cfg", [c for c in EPI if c.epilogue == "bgrad"], ids=lambda c: c.name)
+def test_bgrad_sums_in_the_first_tile_column_only(cfg: KernelConfig) -> None:
+    """bgrad's K loop reads lhs's K tiles from LDS for the row sums: LLVM unswitches the uniform
+    ``bn == 0`` test into two loops, one with the sums (extra ``ds_read_b128``s) and one without, which
+    the other tile columns run; accumulators stay in place in both, nothing spills."""
+    rep = compiled.isa_report(cfg)
+    plain = compiled.isa_report(dataclasses.replace(cfg, epilogue="plain"))
+    assert rep["ok"], rep
+    assert len(rep["loop_insts"]) == 2 and len(plain["loop_insts"]) == 1, rep["loop_insts"]
+    assert min(rep["loop_insts"]) <= plain["loop_insts"][0] < max(rep["loop_insts"]), rep["loop_insts"]

@@ -27,10 +27,11 @@ from te_flydsl_plugin.flydsl.plan_types import GemmPlan, KernelOperand, Piece
 from te_flydsl_plugin.spec import Format, Layout
 
 from ..gemm_cases import make_mxfp8, make_operand, shapes, te_math
-from .helpers import needs_toolchain, plan_of, tolerance
+from .helpers import needs_toolchain, plan_of, run_and_compare, tolerance, with_epilogue
 
 F = Format
-MX_BACKED = [c for c in compiled.BACKED if c.scaling == "mx"]
+MX_BACKED = [c for c in compiled.BACKED if c.scaling == "mx" and c.epilogue == "plain"]
+MX_EPILOGUES = [c for c in compiled.BACKED if c.scaling == "mx" and c.epilogue != "plain"]
 _TORCH_OUT = {F.FP32: torch.float32, F.BF16: torch.bfloat16, F.FP16: torch.float16}
 
 
@@ -110,6 +111,17 @@ def test_mx_backed_matches_reference(cfg: KernelConfig) -> None:
     m = 37 if cfg.lhs_k_major else 48
     n = 20 if cfg.rhs_k_major else 32
     _run_and_compare(_plan(cfg, m, n, 160, 0.5, 0.75))
+
+
+@needs_toolchain
+@pytest.mark.emulator
+@pytest.mark.parametrize("cfg", MX_EPILOGUES, ids=lambda c: c.name)
+def test_mx_epilogue_matches_reference(cfg: KernelConfig) -> None:
+    """The fused epilogues on MXFP8 (tests/kernels/test_epilogues.py has the rest): edge tiles, a K tail
+    in the 512 group, alpha and a given D."""
+    m = 37 if cfg.lhs_k_major else 48
+    n = 20 if cfg.rhs_k_major else 32
+    run_and_compare(with_epilogue(_plan(cfg, m, n, 160, 0.5, 0.75), m + n))
 
 
 @needs_toolchain

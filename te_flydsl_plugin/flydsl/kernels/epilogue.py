@@ -26,6 +26,7 @@ loop is the plain config's, instruction for instruction (``compiled.isa_report``
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import flydsl.expr as fx
 from flydsl._mlir.dialects import rocdl
@@ -42,14 +43,25 @@ _LOG2E = 1.0 / math.log(2.0)
 # the same 4 output columns at 16 different output rows: XOR shuffles over the low 4 lane bits sum them.
 _ROW_LANES = 16
 
-# epilogue name -> (adds bias, applies GELU and stores the pre-activation, applies dGELU, column sums)
-FLAGS: dict[str, tuple[bool, bool, bool, bool]] = {
-    "plain": (False, False, False, False),
-    "bias": (True, False, False, False),
-    "gelu": (False, True, False, False),
-    "bias_gelu": (True, True, False, False),
-    "dgelu": (False, False, True, False),
-    "dgelu_bgrad": (False, False, True, True),
+
+class Parts(NamedTuple):
+    """What one epilogue does (the kernel's compile-time switches, ``GemmParams.epi_*``)."""
+
+    bias: bool  # adds a bias per output column
+    gelu: bool  # stores the pre-activation to aux, applies GELU
+    dgelu: bool  # multiplies by gelu'(aux)
+    colsum: bool  # column sums of the result -> per-tile partials (dgelu_bgrad)
+    rowsum: bool  # sums of lhs over K -> per-thread partials, in the K loop (bgrad: kernels/rowsum.py)
+
+
+FLAGS: dict[str, Parts] = {
+    "plain": Parts(False, False, False, False, False),
+    "bias": Parts(True, False, False, False, False),
+    "gelu": Parts(False, True, False, False, False),
+    "bias_gelu": Parts(True, True, False, False, False),
+    "dgelu": Parts(False, False, True, False, False),
+    "dgelu_bgrad": Parts(False, False, True, True, False),
+    "bgrad": Parts(False, False, False, False, True),
 }
 
 
@@ -148,9 +160,12 @@ def store_tile(p, acc, thr_mma, o_buf, extras, row0, col0, bm, m, n, ld_out, sca
             bias_vals = load(atom_f32, fx.get_iter(bias_buf), b_off, fx.Float32).load()
         olds = []
         auxs = []
+        part = None  # col_sums: this lane's sums over its rows of the column group
         if const_expr(reads_out is None):
             # beta == 0 must not read D (it may hold NaN): its loads take the dropped offset (zeros).
-            olds = [load(atom, out_it, (beta != 0.0).select(offs[j], oob_out), elem_out) for j in range_constexpr(b_reps)]
+            olds = [
+                load(atom, out_it, (beta != 0.0).select(offs[j], oob_out), elem_out) for j in range_constexpr(b_reps)
+            ]
         elif const_expr(reads_out):
             olds = [load(atom, out_it, offs[j], elem_out) for j in range_constexpr(b_reps)]
         if const_expr(bwd_gelu):
@@ -169,7 +184,7 @@ def store_tile(p, acc, thr_mma, o_buf, extras, row0, col0, bm, m, n, ld_out, sca
             if const_expr(bwd_gelu):
                 vals = vals * dgelu(auxs[j].load().to(fx.Float32))
             if const_expr(col_sums):
-                part = vals if j == 0 else part + vals
+                part = vals if part is None else part + vals
             r = fx.make_rmem_tensor(block, elem_out)
             r.store(vals.to(elem_out))
             fx.copy_atom_call(atom, r, fx.make_view(out_it + offs[j], block))

@@ -40,7 +40,7 @@ from flydsl.expr import const_expr, range_constexpr, rocdl
 
 from ...spec import Format
 from ..matrix import OUT_VEC  # output columns per accumulator block: one vector store (store_tile)
-from . import epilogue, mfma, mx
+from . import epilogue, mfma, mx, rowsum
 from .config import KernelConfig
 
 WAVE_SIZE = 64
@@ -88,6 +88,7 @@ class GemmParams:
     epi_gelu: fx.Constexpr[bool]
     epi_dgelu: fx.Constexpr[bool]
     epi_colsum: fx.Constexpr[bool]
+    epi_rowsum: fx.Constexpr[bool]
 
 
 @dataclass(frozen=True)
@@ -139,7 +140,7 @@ def params_for(cfg: KernelConfig) -> GemmParams:
         n_waves=n_waves,
         mma_k=mma_k,
         threads=cfg.waves * WAVE_SIZE,
-        **dict(zip(("epi_bias", "epi_gelu", "epi_dgelu", "epi_colsum"), epilogue.FLAGS[cfg.epilogue], strict=True)),
+        **{f"epi_{name}": on for name, on in epilogue.FLAGS[cfg.epilogue]._asdict().items()},
     )
     geometry(cfg)  # validates divisibility
     return p
@@ -433,18 +434,25 @@ def gemm_kernel(
         last = (k_tiles < 1).select(1, k_tiles)  # K = 0 multiplies the zero-filled stage 0
         multiply((last + 1) % 2, words)
     else:
+        # bgrad (kernels/rowsum.py): after each tile's MFMAs the first tile column adds lhs's rows up in LDS.
+        sums = rowsum.start(p)
         fill_stage(0, 0)
         for t in range(0, k_tiles - 1, 1):
             rocdl.s_waitcnt(vmcnt=0)
             rocdl.s_barrier()
             fill_stage((t + 1) % 2, t + 1)
             multiply(t % 2)
+            if const_expr(p.epi_rowsum) and bn == 0:
+                sums = rowsum.add(p, sums, lds_a + (t % 2) * (tile_m * tile_k), a_layout, elem_a, tid)
         rocdl.s_waitcnt(vmcnt=0)
         rocdl.s_barrier()
         # The last tile sits in stage (k_tiles - 1) % 2; K = 0 has none, and multiplies the zeros that the
         # all-out-of-bounds fill of tile 0 left in stage 0, giving beta * out.
         last = (k_tiles < 1).select(1, k_tiles)
         multiply((last + 1) % 2)
+        if const_expr(p.epi_rowsum) and bn == 0:
+            sums = rowsum.add(p, sums, lds_a + ((last + 1) % 2) * (tile_m * tile_k), a_layout, elem_a, tid)
+            rowsum.store(p, sums, fx.rocdl.make_buffer_tensor(partials, max_size=False), row0, m, tid)
 
     scale = alpha
     if const_expr(p.scaled and not p.mx):
@@ -455,6 +463,7 @@ def gemm_kernel(
     extras = tuple(
         fx.rocdl.make_buffer_tensor(t, max_size=False) if used else None
         for t, used in ((bias, p.epi_bias), (aux, p.epi_gelu or p.epi_dgelu), (partials, p.epi_colsum))
+        # rowsum's partials are written where the K loop ends (rowsum.store)
     )
     tile = (p, acc, thr_mma, o_buf, extras, row0, col0, bm, m, n, ld_out, scale, beta)
     if const_expr(p.epi_bias or p.epi_gelu or p.epi_dgelu):
@@ -587,9 +596,18 @@ def launch_geometry(
     return (m, n, k, *lds)
 
 
-def partial_rows(cfg: KernelConfig, m: int) -> int:
-    """Rows of the column-sum workspace of one launch (``dgelu_bgrad``): one per tile row and MMA wave row."""
-    return -(-m // cfg.tile_m) * _wave_grid(cfg)[0]
+def partials_shape(cfg: KernelConfig, m: int, n: int) -> tuple[int, int] | None:
+    """The fp32 bias-gradient workspace of one ``m x n`` launch, or None when the epilogue takes none.
+
+    ``dgelu_bgrad``: ``[tile rows * MMA wave rows, n]`` column-sum partials (kernels/epilogue.py);
+    ``bgrad``: ``[thread groups, m]`` row-sum partials (kernels/rowsum.py).
+    """
+    parts = epilogue.FLAGS[cfg.epilogue]
+    if parts.colsum:
+        return (-(-m // cfg.tile_m) * _wave_grid(cfg)[0], n)
+    if parts.rowsum:
+        return (rowsum.groups_of(cfg.tile_m, cfg.lhs_format.itemsize, cfg.waves * WAVE_SIZE), m)
+    return None
 
 
 def epilogue_views(
@@ -603,18 +621,17 @@ def epilogue_views(
 
     ``bias``: fp32 ``[N]`` contiguous (``epilogue.py``: the host widens TE's bias). ``aux``: the GELU
     pre-activation, ``out``'s shape, dtype and leading stride (the epilogue addresses both with one
-    offset). ``partials``: fp32 ``[partial_rows, N]`` contiguous. Each is required exactly when the
-    config's epilogue uses it; unused slots get ``out`` as an unread placeholder.
+    offset). ``partials``: the contiguous fp32 :func:`partials_shape` workspace. Each is required
+    exactly when the config's epilogue uses it; unused slots get ``out`` as an unread placeholder.
     """
     import torch
 
-    uses = dict(zip(("bias", "gelu", "dgelu", "colsum"), epilogue.FLAGS[cfg.epilogue], strict=True))
+    parts = epilogue.FLAGS[cfg.epilogue]
     m, n = out.shape
-    given = {"bias": bias, "aux": aux, "partials": partials}
-    needed = {"bias": uses["bias"], "aux": uses["gelu"] or uses["dgelu"], "partials": uses["colsum"]}
-    for name, t in given.items():
-        if (t is not None) != needed[name]:
-            raise ValueError(f"{cfg.name}: the {cfg.epilogue} epilogue {'needs' if needed[name] else 'takes no'} {name}")
+    wants = {"bias": parts.bias, "aux": parts.gelu or parts.dgelu, "partials": parts.colsum or parts.rowsum}
+    for name, t in {"bias": bias, "aux": aux, "partials": partials}.items():
+        if (t is not None) != wants[name]:
+            raise ValueError(f"{cfg.name}: the {cfg.epilogue} epilogue {'needs' if wants[name] else 'takes no'} {name}")
     if bias is not None and (bias.dtype != torch.float32 or tuple(bias.shape) != (n,) or not bias.is_contiguous()):
         raise ValueError(f"bias must be a contiguous fp32 [{n}] vector, got {bias.dtype} {tuple(bias.shape)}")
     if aux is not None and (
@@ -626,11 +643,11 @@ def epilogue_views(
         )
     if aux is not None and aux.numel() and aux.storage_offset() % OUT_VEC:
         raise ValueError(f"gelu aux must start on a multiple of {OUT_VEC} elements")
-    rows = partial_rows(cfg, m)
+    want = partials_shape(cfg, m, n)
     if partials is not None and (
-        partials.dtype != torch.float32 or tuple(partials.shape) != (rows, n) or not partials.is_contiguous()
+        partials.dtype != torch.float32 or tuple(partials.shape) != want or not partials.is_contiguous()
     ):
-        raise ValueError(f"partials must be a contiguous fp32 [{rows}, {n}] workspace, got {tuple(partials.shape)}")
+        raise ValueError(f"partials must be a contiguous fp32 {want} workspace, got {tuple(partials.shape)}")
     return tuple(out if t is None else t for t in (bias, aux, partials))
 
 
@@ -683,11 +700,12 @@ def placeholder_args(cfg: KernelConfig) -> tuple:
     scale = torch.ones(1, dtype=torch.float32)
     if cfg.scaling == "mx":
         scale = torch.zeros(size // 16, 64, dtype=torch.int32)  # a piece's packed words (mx.piece_words)
-    bias, gelu, dgelu, colsum = epilogue.FLAGS[cfg.epilogue]
+    parts = epilogue.FLAGS[cfg.epilogue]
+    ws = partials_shape(cfg, size, size)
     extras = (
-        torch.empty(size, dtype=torch.float32) if bias else None,
-        torch.empty_like(out) if gelu or dgelu else None,
-        torch.empty(partial_rows(cfg, size), size, dtype=torch.float32) if colsum else None,
+        torch.empty(size, dtype=torch.float32) if parts.bias else None,
+        torch.empty_like(out) if parts.gelu or parts.dgelu else None,
+        None if ws is None else torch.empty(ws, dtype=torch.float32),
     )
     return jit_args(cfg, out, lhs, rhs, scale, scale, 1.0, 0.0, extras)
 
