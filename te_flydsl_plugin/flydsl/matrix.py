@@ -157,7 +157,8 @@ def _backed() -> Backed:
     for cfg in BACKED:
         pair = (cfg.rhs_format, cfg.lhs_format)  # lhs is TE's B and rhs TE's A (kernels/config.py)
         for layout in layouts_of(cfg.lhs_k_major, cfg.rhs_k_major, cfg.lhs_format):
-            found.setdefault(pair, set()).add((layout, cfg.out_format, cfg.epilogue))
+            if layout in EPILOGUE_LAYOUTS[cfg.epilogue]:  # FP8's K-major kernels serve every layout
+                found.setdefault(pair, set()).add((layout, cfg.out_format, cfg.epilogue))
     return {k: tuple(sorted(v, key=lambda c: (c[0].value, c[1].value, c[2]))) for k, v in found.items()}
 
 

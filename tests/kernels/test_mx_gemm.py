@@ -247,3 +247,19 @@ def test_mx_on_gfx950(cfg: KernelConfig) -> None:
     atol, rtol = tolerance(cfg, plan.lhs.k)
     scale = float(plan.out.abs().max())
     torch.testing.assert_close(dev.out.cpu().double() / scale, plan.out.double() / scale, atol=atol, rtol=rtol)
+
+
+@pytest.mark.gfx950
+@pytest.mark.skipif(_gfx950_reason() is not None, reason=_gfx950_reason() or "")
+@pytest.mark.parametrize("cfg", MX_EPILOGUES, ids=lambda c: c.name)
+def test_mx_epilogue_on_gfx950(cfg: KernelConfig) -> None:
+    """The fused epilogues on MXFP8, on the GPU, against the reference executor (launch counter checked)."""
+    m, n = (1000 if cfg.lhs_k_major else 1008), (1500 if cfg.rhs_k_major else 1504)
+    plan = _plan(cfg, m, n, 4128, 1.0, 0.0)
+    dev = dataclasses.replace(
+        plan,
+        lhs=dataclasses.replace(plan.lhs, data=plan.lhs.data.cuda(), mx_scales=plan.lhs.mx_scales.cuda()),
+        rhs=dataclasses.replace(plan.rhs, data=plan.rhs.data.cuda(), mx_scales=plan.rhs.mx_scales.cuda()),
+        out=plan.out.cuda(),
+    )
+    run_and_compare(with_epilogue(dev, m + n), "flydsl")
