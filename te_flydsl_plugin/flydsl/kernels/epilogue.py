@@ -104,10 +104,13 @@ def store_tile(p, acc, thr_mma, o_buf, extras, row0, col0, bm, m, n, ld_out, sca
     matrix declines other outputs), so a block is whole and aligned, all inside N or all outside. Rows
     past M and columns past N go through the out-of-bounds offset: the hardware drops those stores
     and answers those loads with zeros. ``aux`` shares ``out``'s offsets (same dtype, same leading
-    stride: ``launch_geometry``). ``reads_out`` (beta != 0): each column group of blocks issues all
-    its loads (old ``out``, ``aux``) before its stores, because a load after a store to the same
-    buffer cannot be moved above it (the compiler must assume they alias) and would otherwise wait a
-    full memory round trip per block.
+    stride: ``gemm.epilogue_views``). ``reads_out``: False (beta == 0: D is never read), True (beta !=
+    0), or None (one body for both: D's loads take the dropped offset when beta == 0, so NaN in D stays
+    out; the fused epilogues use it, because two bodies let LLVM hoist both bodies' accumulator reads
+    above the branch and spill). Each column group of blocks issues all its loads (old ``out``,
+    ``aux``) before its stores, because a load after a store to the same buffer cannot be moved above
+    it (the compiler must assume they alias) and would otherwise wait a full memory round trip per
+    block.
     """
     add_bias, fwd_gelu, bwd_gelu, col_sums = p.epi_bias, p.epi_gelu, p.epi_dgelu, p.epi_colsum
     bias_buf, aux_buf, part_buf = extras

@@ -459,15 +459,16 @@ def gemm_kernel(
         sa = fx.rocdl.make_buffer_tensor(lhs_scale, max_size=False)
         sb = fx.rocdl.make_buffer_tensor(rhs_scale, max_size=False)
         scale = alpha * sa[0] * sb[0]
-    # beta == 0 never reads D (it may hold NaN or be uninitialised): two epilogues, a uniform branch.
+    # The epilogue's buffers (bgrad's partials were written where the K loop ends: rowsum.store).
     extras = tuple(
         fx.rocdl.make_buffer_tensor(t, max_size=False) if used else None
         for t, used in ((bias, p.epi_bias), (aux, p.epi_gelu or p.epi_dgelu), (partials, p.epi_colsum))
-        # rowsum's partials are written where the K loop ends (rowsum.store)
     )
     tile = (p, acc, thr_mma, o_buf, extras, row0, col0, bm, m, n, ld_out, scale, beta)
+    # beta == 0 never reads D (it may hold NaN or be uninitialised): the plain store has two bodies
+    # behind a uniform branch; the fused epilogues one, which drops D's loads at run time (two spill).
     if const_expr(p.epi_bias or p.epi_gelu or p.epi_dgelu):
-        epilogue.store_tile(*tile, None)  # one body: two would double its registers (epilogue.store_tile)
+        epilogue.store_tile(*tile, None)
     elif beta == 0.0:
         epilogue.store_tile(*tile, False)
     else:
