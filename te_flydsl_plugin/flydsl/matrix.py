@@ -114,10 +114,11 @@ RULES: tuple[tuple[str, str], ...] = (
     ),
     (
         "fused epilogues on gfx950",
-        "compiled where TE issues them (a row's backed list): bias / gelu / bias_gelu and dgelu / dgelu_bgrad "
-        "with the output in the operands' dtype (bf16, fp16, fp32) or, for FP8 (E4M3 fprop; E4M3 or E5M2 "
-        "gradients) and MXFP8, in bf16 / fp16; bgrad for bf16 / fp16 / fp32 into the same dtype or fp32; the "
-        "GELU pre-activation in the output dtype; bias gradients deterministic (fixed-order reductions)",
+        "compiled where TE issues them (a row's backed list): bias / gelu / bias_gelu with the output in the "
+        "operands' dtype (bf16, fp16, fp32), dgelu / dgelu_bgrad likewise for bf16 / fp16, and for FP8 (E4M3 "
+        "fprop; E4M3 or E5M2 gradients) and MXFP8 into bf16 / fp16; bgrad for bf16 / fp16 / fp32 into the same "
+        "dtype or fp32; the GELU pre-activation in the output dtype; bias gradients deterministic (fixed-order "
+        "reductions)",
     ),
     ("alpha, beta, accumulate", "any alpha; beta and accumulate read and update D in place"),
     (
