@@ -6,7 +6,9 @@ buffer a launch addresses spans more than 2**31 - 1 bytes (the kernel's buffer o
 A piece with ``k0 > 0`` accumulates onto what the earlier K pieces wrote (beta 1).
 
 ``flydsl`` enqueues every launch on the current torch stream and does nothing else: no host sync,
-no allocation (views and argument wrappers only), so it can be captured in a CUDA/HIP graph.
+and for a plain epilogue no allocation (views and argument wrappers only), so it can be captured in a
+CUDA/HIP graph. A fused epilogue adds small tensors from torch's caching allocator (the fp32 bias, the
+bias-gradient partials) and torch ops on the same stream, which graph capture records as well.
 ``emulator`` packs the same arguments and runs the same code object on CPU tensors.
 """
 
