@@ -111,3 +111,23 @@ def test_launch_is_graph_capturable() -> None:
     torch.cuda.synchronize()
     want = _reference_out(plan, torch.zeros_like(plan.out))
     torch.testing.assert_close(plan.out, want, atol=1e-2, rtol=1e-3)
+
+
+@pytest.mark.parametrize("epi", ["bias_gelu", "dgelu_bgrad", "bgrad"])
+def test_fused_epilogue_is_graph_capturable(epi: str) -> None:
+    """The epilogue's extra work (fp32 bias, partial workspaces and their reduction) replays in a graph."""
+    cfg = next(c for c in compiled.BACKED if c.epilogue == epi and c.lhs_format is Format.BF16)
+    plan = with_epilogue(plan_for(cfg, 512, 512, 512, device="cuda"), 7)
+    launch.execute(outputs(plan), "flydsl")  # compile outside the capture
+    got = outputs(plan)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        launch.execute(got, "flydsl")
+    graph.replay()
+    torch.cuda.synchronize()
+    want = outputs(plan)
+    run_reference(want)
+    atol, rtol = tolerance(cfg, 512)
+    torch.testing.assert_close(got.out.float(), want.out.float(), atol=atol, rtol=rtol)
+    if want.bias_grad is not None:
+        torch.testing.assert_close(got.bias_grad.float(), want.bias_grad.float(), atol=atol * 512**0.5, rtol=rtol)
