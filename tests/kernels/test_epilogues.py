@@ -11,6 +11,7 @@ gradients must be the same bits on every run (the partials are reduced in a fixe
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 
 import pytest
 import torch
@@ -111,14 +112,31 @@ def test_bias_grad_is_deterministic(epi: str, out: Format) -> None:
 @pytest.mark.compile
 @pytest.mark.parametrize("cfg", [c for c in EPI + MX_EPI if c.epilogue != "bgrad"], ids=lambda c: c.name)
 def test_epilogue_leaves_the_k_loop_alone(cfg: KernelConfig) -> None:
-    """A fused epilogue runs after the last MFMA: its config's K loop is the plain twin's, instruction
-    for instruction count (the accumulators stay in place in the same AGPRs), and only the code after
-    the loop grows."""
+    """A fused epilogue runs after the last MFMA: its config's K loop holds the plain twin's
+    instructions (the accumulators stay in place in the same AGPRs), and only the code after the loop
+    grows."""
     rep = compiled.isa_report(cfg)
     plain = compiled.isa_report(dataclasses.replace(cfg, epilogue="plain"))
     assert rep["ok"], rep
-    assert rep["loop_insts"] == plain["loop_insts"], (rep["loop_insts"], plain["loop_insts"])
     assert rep["agpr_accumulators"] == plain["agpr_accumulators"]
+    # The same instructions in every loop; only the count of wait-state s_nops may differ (LLVM places
+    # them by the registers it allocated: MXFP8's fused-epilogue loops came out with 6 fewer per loop).
+    mine, twin = _loop_opcodes(cfg), _loop_opcodes(dataclasses.replace(cfg, epilogue="plain"))
+    assert len(mine) == len(twin)
+    for a, b in zip(mine, twin, strict=True):
+        assert a - Counter({"s_nop": a["s_nop"]}) == b - Counter({"s_nop": b["s_nop"]}), (a, b)
+        assert a["s_nop"] <= b["s_nop"]
+
+
+def _loop_opcodes(cfg: KernelConfig) -> list[Counter]:
+    """Opcode counts of each loop of ``cfg``'s code (a backward branch's target to the branch)."""
+    from te_flydsl_plugin.flydsl import toolchain
+    from te_flydsl_plugin.flydsl.emulator.decode import decode_text
+
+    text = toolchain.disassemble(compiled.compile_config(cfg).code_object, "gfx950")
+    insts = [i for kernel in decode_text(text).values() for i in kernel]
+    ends = [b for b in insts if b.branch_target is not None and b.branch_target <= b.address]
+    return [Counter(i.opcode for i in insts if b.branch_target <= i.address <= b.address) for b in ends]
 
 
 @pytest.mark.compile
