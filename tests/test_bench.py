@@ -25,8 +25,9 @@ def _problem(shape: bench.Shape, kind: str):  # type: ignore[no-untyped-def]
     a_fmt, b_fmt = bench.formats(kind, shape.layout)
     a_shape, b_shape = problem.operand_shapes(shape.layout, shape.m, shape.n, shape.k)
     a, b = bench._operand(a_fmt, a_shape, META), bench._operand(b_fmt, b_shape, META)
-    call = GemmCall(a, shape.layout is Layout.TN, b, shape.layout is Layout.NT, None, None, torch.bfloat16,
-                    *bench._epilogue_args(shape, torch.bfloat16, META), None, 0, False, False)  # fmt: skip
+    out = operands.torch_dtype_of(bench._OUT[kind])  # what bench.run asks for: TE's activation dtype
+    call = GemmCall(a, shape.layout is Layout.TN, b, shape.layout is Layout.NT, None, None, out,
+                    *bench._epilogue_args(shape, out, META), None, 0, False, False)  # fmt: skip
     return problem.build(call, operands.spec_of(a), operands.spec_of(b), "gfx950", "meta"), call
 
 

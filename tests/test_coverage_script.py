@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import pathlib
+import sys
 
 import pytest
 import torch
@@ -22,6 +23,7 @@ _PATH = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "gfx950_cov
 def coverage(monkeypatch):  # type: ignore[no-untyped-def]
     spec = importlib.util.spec_from_file_location("gfx950_coverage", _PATH)
     mod = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "gfx950_coverage", mod)  # dataclasses look their module up there
     spec.loader.exec_module(mod)
     monkeypatch.setattr(dispatch, "_current", dispatch._current)  # restored after the test
     return mod
