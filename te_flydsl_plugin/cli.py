@@ -180,14 +180,14 @@ def problem_from_args(args: argparse.Namespace) -> GemmProblem:
         comm_overlap=object() if args.comm_overlap else None, alpha=args.alpha, beta=args.beta,
     )  # fmt: skip
     p = _problem.build(call, spec(args.a_format, a_shape), spec(args.b_format, b_shape), args.arch, "")
-    # The CLI has no tensors: D is "given" when accumulating, gelu_in when the epilogue reads it (dGELU),
-    # bias sized as the epilogue needs it. The builder's complaints about those absent tensors are dropped.
-    out_given = p.out_given or args.accumulate or args.beta not in (None, 0.0)
-    absent = [s for s, given in (("needs D", out_given), ("needs gelu_in", args.gelu and args.grad)) if given]
-    changes: dict[str, Any] = {
-        "out_given": out_given,
-        "shape_error": "; ".join(e for e in p.shape_error.split("; ") if e and not any(s in e for s in absent)),
-    }
+    # The CLI has no tensors: D is "given" when accumulating, dGELU's gelu_in is given in the output
+    # dtype, bias sized as the epilogue needs it.
+    changes: dict[str, Any] = {"out_given": p.out_given or args.accumulate or args.beta not in (None, 0.0)}
+    given = ("needs D",) if changes["out_given"] else ()
+    given += ("needs gelu_in",) if args.gelu and args.grad else ()
+    changes["shape_error"] = "; ".join(e for e in p.shape_error.split("; ") if e and not any(g in e for g in given))
+    if args.gelu:
+        changes["aux_dtype"] = out_fmt
     if args.bias:
         changes.update(bias=True, bias_dtype=Format.BF16 if out_fmt is Format.FP32 else out_fmt)
         changes["bias_numel"] = m if (args.grad and not args.gelu) else n
@@ -386,6 +386,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- precompile
 
 
+def _counts(x: Any) -> str:
+    """An instruction count, or several (one per K loop) joined by '/'."""
+    return "/".join(map(str, x)) if isinstance(x, list) else str(x)
+
+
 def cmd_precompile(args: argparse.Namespace) -> int:
     try:
         from .flydsl import compiled
@@ -438,14 +443,21 @@ def _columns(table: list[tuple[Any, ...]]) -> list[str]:
 
 
 def _isa_table(rows: list[dict[str, Any]]) -> list[str]:
-    head = ("config", "mfma", "count", "vgpr", "agpr", "acc", "lds", "scratch", "spills", "compile_s", "ok")
+    head = ("config", "mfma", "count", "vgpr", "agpr", "acc", "lds", "scratch", "spills", "loop", "epi", "plain",
+            "compile_s", "ok")  # fmt: skip
+    by_name = {r["config"]: r for r in rows}
 
     def acc(r: dict[str, Any]) -> str:  # where the K loop accumulates: "256a" (AGPRs) or "128v" (arch VGPRs)
         return f"{r['agpr_accumulators']}a" if r["agpr_accumulators"] else f"{r['vgpr_accumulators']}v"
 
+    def twin(r: dict[str, Any], key: str) -> str:  # the plain-store twin's figure, beside a fused epilogue's
+        other = by_name.get(r["plain_twin"])
+        return "-" if other is None or other is r else _counts(other[key])
+
     return _columns([head] + [
         (r["config"], r["mfma"], r["mfma_count"], r["vgpr"], r["agpr"], acc(r), r["lds_bytes"], r["scratch_bytes"],
-         r["spills"], r["compile_s"], "ok" if r["ok"] else "FAIL")
+         r["spills"], _counts(r["loop_insts"]), r["epilogue_insts"],
+         f"{twin(r, 'loop_insts')}, {twin(r, 'epilogue_insts')}", r["compile_s"], "ok" if r["ok"] else "FAIL")
         for r in rows
     ])  # fmt: skip
 

@@ -211,6 +211,7 @@ class GemmProblem:
     bias_numel: int = 0
     epilogue_contiguous: bool = True  # bias and gelu_in (when given) are contiguous
     gelu: bool = False
+    aux_dtype: Format | None = None  # the GELU pre-activation's dtype (gelu_in's, or TE's for the one returned)
     grad: bool = False
     accumulate: bool = False
     alpha: float = 1.0

@@ -61,6 +61,38 @@ def test_check_unbacked_kernel_exits_1_with_reason(capsys):
         assert [r["code"] for r in data["reasons"]] == ["KERNEL"]
 
 
+@pytest.mark.parametrize(
+    ("layout", "fmts", "out", "flags", "epilogue"),
+    [
+        ("TN", ("bf16", "bf16"), "bf16", ["--bias"], "bias"),
+        ("TN", ("fp8_e4m3", "fp8_e4m3"), "bf16", ["--gelu"], "gelu"),
+        ("TN", ("mxfp8_e4m3", "mxfp8_e4m3"), "fp16", ["--bias", "--gelu"], "bias_gelu"),
+        ("NN", ("fp8_e4m3", "fp8_e5m2"), "bf16", ["--gelu", "--grad"], "dgelu"),
+        ("NN", ("fp16", "fp16"), "fp16", ["--bias", "--gelu", "--grad"], "dgelu_bgrad"),
+        ("NT", ("bf16", "bf16"), "fp32", ["--bias", "--grad", "--accumulate"], "bgrad"),
+    ],
+    ids=lambda x: x if isinstance(x, str) else "-".join(x),
+)
+def test_check_fused_epilogues_on_gfx950_are_supported(capsys, layout, fmts, out, flags, epilogue):
+    """Backed fused-epilogue rows answer supported for the compiled executor (issue 11's CLI item)."""
+    code, text, _ = run(capsys, "check", "--layout", layout, "--m", "304", "--n", "256", "--k", "512",
+                        "--a-format", fmts[0], "--b-format", fmts[1], "--out-dtype", out, *flags,
+                        "--arch", "gfx950", "--executor", "flydsl", "--json")  # fmt: skip
+    data = json.loads(text)
+    assert code == 0 and data["supported"], data["reasons"]
+    assert data["problem"]["epilogue"] == epilogue
+
+
+def test_check_unbacked_fused_epilogue_says_kernel(capsys):
+    """FP8 bgrad has no compiled kernel: declined with KERNEL, naming the epilogue."""
+    code, text, _ = run(capsys, "check", "--layout", "NT", "--m", "304", "--n", "256", "--k", "512", "--a-format",
+                        "fp8_e4m3", "--b-format", "fp8_e5m2", "--out-dtype", "bf16", "--bias", "--grad",
+                        "--arch", "gfx950", "--executor", "flydsl", "--json")  # fmt: skip
+    data = json.loads(text)
+    assert code == 1 and [r["code"] for r in data["reasons"]] == ["KERNEL"]
+    assert "epilogue bgrad" in data["reasons"][0]["message"]
+
+
 def test_check_lists_every_reason_with_fields(capsys):
     code, out, _ = run(capsys, "check", "--layout", "TT", "--m", "3", "--n", "5", "--k", "7", "--a-format",
                        "nvfp4", "--b-format", "bf16", "--out-dtype", "fp8_e4m3", "--comm-overlap",

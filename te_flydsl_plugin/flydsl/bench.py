@@ -6,7 +6,8 @@ On one, this measures what the choice should rest on. For every shape of a suite
 dgrad and wgrad GEMMs of LLM linear layers) it times every backed config of the problem's kind, the
 one ``select`` picks marked, and, for 16-bit problems, torch.matmul (hipBLASLt) on the same
 operands. Operands are built once per shape and go through the plugin's own plan (storage choice,
-MXFP8 scale packing, pieces); only the kernel launches are timed. Every timing checks that the
+MXFP8 scale packing, pieces); only ``launch.execute`` is timed (the kernel launches, and for a fused
+epilogue its bias widening or bias-gradient reduction on the same stream). Every timing checks that the
 compiled kernel ran (``launch.launch_counts``), never a fallback. It refuses to run anywhere but
 gfx950: there is nothing to time elsewhere.
 """
@@ -50,6 +51,7 @@ class Shape:
     m: int
     n: int
     k: int
+    epilogue: str = "plain"  # a fused epilogue TE requests for this GEMM (matrix.EPILOGUE_LAYOUTS)
 
     @property
     def flops(self) -> int:
@@ -72,6 +74,15 @@ def llm_suite(tokens: int = 8192) -> list[Shape]:
                 Shape(f"{model}.{layer}.dgrad", Layout.NN, tokens, fan_in, fan_out),
                 Shape(f"{model}.{layer}.wgrad", Layout.NT, fan_out, fan_in, tokens),
             ]  # fmt: skip
+        # The fused epilogues TE requests in a layer with biases and a GELU MLP: the QKV fprop with its
+        # bias and the wgrad with its bias gradient (BGRADB), fc1 with bias + GELU, fc2's dgrad with dGELU
+        # and fc1's bias gradient.
+        shapes += [
+            Shape(f"{model}.qkv.fprop+bias", Layout.TN, tokens, qkv, hidden, "bias"),
+            Shape(f"{model}.qkv.wgrad+bgrad", Layout.NT, qkv, hidden, tokens, "bgrad"),
+            Shape(f"{model}.up.fprop+bias_gelu", Layout.TN, tokens, ffn, hidden, "bias_gelu"),
+            Shape(f"{model}.down.dgrad+dgelu_bgrad", Layout.NN, tokens, ffn, hidden, "dgelu_bgrad"),
+        ]  # fmt: skip
     return shapes
 
 
@@ -142,6 +153,18 @@ def _time_ms(fn: Callable[[], None], iters: int) -> float:
     return start.elapsed_time(end) / iters
 
 
+def _epilogue_args(shape: Shape, out_dtype: torch.dtype, device: torch.device) -> tuple:
+    """``(bias, bias_type, gelu, gelu_in, grad)`` of ``generic_gemm`` for the shape's fused epilogue."""
+    epi = shape.epilogue
+    grad = epi in ("bgrad", "dgelu", "dgelu_bgrad")
+    gelu = "gelu" in epi
+    bias = None
+    if epi in ("bias", "bias_gelu", "bgrad", "dgelu_bgrad"):
+        bias = torch.randn(shape.m if epi == "bgrad" else shape.n, device=device, dtype=out_dtype)
+    gelu_in = torch.randn(shape.m, shape.n, device=device, dtype=out_dtype) if gelu and grad else None
+    return bias, out_dtype, gelu, gelu_in, grad
+
+
 def require_gfx950() -> None:
     """Raise RuntimeError with the reason unless a gfx950 GPU is the current device."""
     from ..host.device import current_arch
@@ -166,7 +189,7 @@ def plan_for(shape: Shape, kind: str, device: torch.device, arch: str) -> tuple[
     a, b = _operand(a_fmt, a_shape, device), _operand(b_fmt, b_shape, device)
     torch_out = host_operands.torch_dtype_of(_OUT[kind])
     call = GemmCall(a, shape.layout is Layout.TN, b, shape.layout is Layout.NT, None, None, torch_out,
-                    None, None, False, None, False, None, 0, False, False)  # fmt: skip
+                    *_epilogue_args(shape, torch_out, device), None, 0, False, False)  # fmt: skip
     problem = host_problem.build(call, host_operands.spec_of(a), host_operands.spec_of(b), arch, device.type)
     verdict = check.check(problem, "flydsl")
     return verdict, (plan.build(problem, call) if verdict.ok else None)
@@ -188,7 +211,8 @@ def run(
     for shape in shapes:
         for kind in kinds:
             a_fmt, _ = formats(kind, shape.layout)
-            base = {"shape": shape.name, "layout": shape.layout.value, "m": shape.m, "n": shape.n, "k": shape.k}
+            base = {"shape": shape.name, "layout": shape.layout.value, "m": shape.m, "n": shape.n, "k": shape.k,
+                    "epilogue": shape.epilogue}  # fmt: skip
             base["kind"] = kind
             verdict, p = plan_for(shape, kind, device, current_arch())
             if p is None:
@@ -204,7 +228,7 @@ def run(
                 rows.append(row)
                 if progress is not None:
                     progress(row)
-            if not a_fmt.is_quantized:
+            if not a_fmt.is_quantized and shape.epilogue == "plain":
                 lhs, rhs = p.lhs.data, p.rhs.data
                 x = lhs if p.lhs.k_major else lhs.t()
                 w = rhs if p.rhs.k_major else rhs.t()

@@ -114,6 +114,13 @@ def check(problem: GemmProblem, executor: str, caps: Capabilities | None = None)
                 f"with epilogue {epi} yet",
                 "kernel",
             )
+        if executor in COMPILED_EXECUTORS and p.gelu and p.aux_dtype not in (None, p.out_dtype):
+            no(
+                ReasonCode.KERNEL,
+                f"the compiled kernels keep the GELU pre-activation in the output dtype ({p.out_dtype.value}); "
+                f"this one is {p.aux_dtype.value}",
+                "gelu_in",
+            )
     if not p.a.contiguous or not p.b.contiguous:
         no(ReasonCode.ALIGNMENT, "operands must be contiguous", "contiguous")
     for name, op in (("A", p.a), ("B", p.b)):

@@ -229,6 +229,24 @@ def accumulator_report(text: str) -> dict[str, int]:
     }
 
 
+def code_report(text: str) -> dict[str, Any]:
+    """Instruction counts of a one-kernel disassembly ``text``: what the epilogue costs, and whether the
+    K loop stayed as it was.
+
+    ``loop_insts``: instructions per iteration of each loop (a backward branch's target to the branch),
+    in code order; ``epilogue_insts``: instructions after the last loop's branch, to the end of the
+    kernel (per wave, static: code that both sides of a branch hold is counted once per side, so the
+    plain epilogue's two bodies, beta 0 and beta != 0, are both in it).
+    """
+    from .emulator.decode import decode_text
+
+    insts = [i for kernel in decode_text(text).values() for i in kernel]
+    loops = [b for b in insts if b.branch_target is not None and b.branch_target <= b.address]
+    sizes = [sum(1 for i in insts if b.branch_target <= i.address <= b.address) for b in loops]
+    end = max((b.address for b in loops), default=-1)
+    return {"loop_insts": sizes, "epilogue_insts": sum(1 for i in insts if i.address > end)}
+
+
 def isa_report(cfg: KernelConfig, arch: str = "gfx950") -> dict[str, Any]:
     """The ISA budget checks of one config, with the numbers behind them.
 
@@ -245,6 +263,7 @@ def isa_report(cfg: KernelConfig, arch: str = "gfx950") -> dict[str, Any]:
     text = toolchain.disassemble(ck.code_object, arch)
     mfma_count = len(re.findall(rf"^\s+{mfma}\s", text, re.M))
     acc = accumulator_report(text)
+    code = code_report(text)
     checks = {
         "mfma": mfma_count > 0,
         "scratch": r.scratch_bytes == 0,
@@ -259,6 +278,7 @@ def isa_report(cfg: KernelConfig, arch: str = "gfx950") -> dict[str, Any]:
     }
     return {
         "config": cfg.name,
+        "plain_twin": dataclasses.replace(cfg, epilogue="plain").name,  # the same kernel with the plain store
         "arch": arch,
         "kernel": ck.kernel,
         "mfma": mfma,
@@ -266,6 +286,7 @@ def isa_report(cfg: KernelConfig, arch: str = "gfx950") -> dict[str, Any]:
         "vgpr": r.vgpr_count,
         "agpr": r.agpr_count,
         **acc,
+        **code,
         "sgpr": r.sgpr_count,
         "lds_bytes": r.lds_bytes,
         "scratch_bytes": r.scratch_bytes,
@@ -324,7 +345,46 @@ def _mx_family() -> tuple[KernelConfig, ...]:
     )
 
 
-FAMILY: tuple[KernelConfig, ...] = _family() + _mx_family()
+def _epilogue_family() -> tuple[KernelConfig, ...]:
+    """The fused epilogues (kernels/epilogue.py) in the combinations TE issues, on the 256 x 256 tiles.
+
+    TE's fprop (TN) takes ``bias`` / ``gelu`` / ``bias_gelu`` and its dgrad (NN) ``dgelu`` /
+    ``dgelu_bgrad``, always with the output in the activation dtype: bf16 -> bf16, fp16 -> fp16,
+    fp32 -> fp32 (fprop only), and FP8 / MXFP8 -> bf16 or fp16. Its wgrad (NT) takes ``bgrad``, backed for 16-bit /
+    fp32 operands into the activation dtype or the fp32 main_grad (kernels/rowsum.py); FP8 / MXFP8
+    ``bgrad`` would need FP8 decoding in the row sums and is declined. FP8 fprop multiplies E4M3 by
+    E4M3 (every recipe); dgrad E4M3 weights by E4M3 (E4M3 recipe) or E5M2 (HYBRID) gradients. The full
+    cross product with every output dtype and FP8 kind pair would be about 7x the compile time, for
+    combinations TE does not issue; they stay declined (KERNEL). Small grids use the 256 x 256 tile too
+    (``select`` picks a 128 x 128 config only where it is backed).
+    """
+    F = Format
+    same = [(F.BF16, F.BF16), (F.FP16, F.FP16), (F.FP32, F.FP32)]
+    lows = (F.BF16, F.FP16)
+    # (lhs = TE's B, rhs = TE's A, lhs K-major, rhs K-major, outs, epilogues)
+    kinds: list[tuple[Format, Format, bool, bool, tuple[Format, ...], tuple[str, ...]]] = []
+    fwd, bwd = ("bias", "gelu", "bias_gelu"), ("dgelu", "dgelu_bgrad")
+    for f, _ in same:
+        # fp32's dGELU: 8 waves keep LLVM's own MFMAs and 256 registers; dgelu spilled 2 of them and
+        # dgelu_bgrad's loop came out 5 instructions shorter than plain's: not backed (declined KERNEL).
+        kinds += [(f, f, True, True, (f,), fwd)] + ([(f, f, True, False, (f,), bwd)] if f is not F.FP32 else [])
+        # wgrad's BGRADB, into the activation dtype or (fuse_wgrad_accumulation) the fp32 main_grad
+        kinds += [(f, f, False, False, tuple(dict.fromkeys((f, F.FP32))), ("bgrad",))]
+    kinds += [(F.FP8_E4M3, F.FP8_E4M3, True, True, lows, fwd + bwd), (F.FP8_E5M2, F.FP8_E4M3, True, True, lows, bwd)]
+    kinds += [(F.MXFP8_E4M3, F.MXFP8_E4M3, True, True, lows, fwd)]
+    kinds += [(g, F.MXFP8_E4M3, True, False, lows, bwd) for g in (F.MXFP8_E4M3, F.MXFP8_E5M2)]
+    tiles = {F.FP32: (32, 8), F.BF16: (64, 4), F.FP16: (64, 4)}
+    return tuple(
+        KernelConfig(lf, rf, lk, rk, o, e, tile_k=tiles.get(lf, (128, 4))[0], waves=tiles.get(lf, (128, 4))[1])
+        for lf, rf, lk, rk, outs, epis in kinds
+        for o in outs
+        for e in epis
+    )
+
+
+PLAIN_FAMILY: tuple[KernelConfig, ...] = _family() + _mx_family()
+EPILOGUE_FAMILY: tuple[KernelConfig, ...] = _epilogue_family()
+FAMILY: tuple[KernelConfig, ...] = PLAIN_FAMILY + EPILOGUE_FAMILY
 # Every family config passed all three gates (tests/kernels: test_compile.py, test_emulator.py); a
 # config that fails any of them must leave this tuple, and the matrix loses its row with it.
 BACKED: tuple[KernelConfig, ...] = FAMILY

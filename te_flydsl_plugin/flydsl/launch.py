@@ -6,20 +6,23 @@ buffer a launch addresses spans more than 2**31 - 1 bytes (the kernel's buffer o
 A piece with ``k0 > 0`` accumulates onto what the earlier K pieces wrote (beta 1).
 
 ``flydsl`` enqueues every launch on the current torch stream and does nothing else: no host sync,
-no allocation (views and argument wrappers only), so it can be captured in a CUDA/HIP graph.
+and for a plain epilogue no allocation (views and argument wrappers only), so it can be captured in a
+CUDA/HIP graph. A fused epilogue adds small tensors from torch's caching allocator (the fp32 bias, the
+bias-gradient partials) and torch ops on the same stream, which graph capture records as well.
 ``emulator`` packs the same arguments and runs the same code object on CPU tensors.
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from .compiled import compile_config, launcher
-from .kernels import gemm, mx
+from .kernels import epilogue, gemm, mx
 from .kernels.config import KernelConfig
 from .plan_types import GemmPlan, KernelOperand, Piece
 
@@ -44,8 +47,13 @@ def _scales(op: KernelOperand, r0: int, r1: int, k0: int, k1: int) -> torch.Tens
 
 @dataclass(frozen=True)
 class Launch:
-    """One kernel launch: a piece's kernel-facing views and scalars."""
+    """One kernel launch: the config it runs, a piece's kernel-facing views and scalars.
 
+    ``extras`` are the epilogue's ``(bias, aux, partials)`` views (``gemm.epilogue_views``), None
+    where the config's epilogue takes none.
+    """
+
+    config: KernelConfig
     out: torch.Tensor
     lhs: torch.Tensor
     rhs: torch.Tensor
@@ -53,14 +61,35 @@ class Launch:
     rhs_scale: torch.Tensor | None
     alpha: float
     beta: float
+    extras: tuple = (None, None, None)
 
-    def jit_args(self, cfg: KernelConfig) -> tuple:
-        return gemm.jit_args(cfg, self.out, self.lhs, self.rhs, self.lhs_scale, self.rhs_scale, self.alpha, self.beta)
+    def jit_args(self) -> tuple:
+        views = (self.out, self.lhs, self.rhs, self.lhs_scale, self.rhs_scale)
+        return gemm.jit_args(self.config, *views, self.alpha, self.beta, self.extras)
 
 
-def piece_launch(plan: GemmPlan, pc: Piece) -> Launch:
-    """The launch of one piece (shared by both modes, so they run the same thing)."""
+def piece_launch(plan: GemmPlan, pc: Piece, bias: torch.Tensor | None = None) -> Launch:
+    """The launch of one piece (shared by both modes, so they run the same thing).
+
+    A fused epilogue runs in the launch that completes its output block, the piece with the last K
+    range; earlier K pieces of the block run the plain config of the same tiles (their sums are not
+    final yet). ``bias`` is the plan's bias widened to fp32 (:func:`execute`).
+    """
+    cfg = plan.config
+    last_k = pc.k1 == plan.lhs.k
+    # bgrad sums lhs over every K piece, once per output row: in the pieces of the first column range.
+    fused = pc.n0 == 0 if epilogue.FLAGS[cfg.epilogue].rowsum else last_k
+    if not fused:
+        cfg = dataclasses.replace(cfg, epilogue="plain")
+    bias_v, aux = None, None
+    if fused and bias is not None:
+        bias_v = bias[pc.n0 : pc.n1]
+    if fused and plan.gelu_aux is not None:
+        aux = plan.gelu_aux[pc.m0 : pc.m1, pc.n0 : pc.n1]
+    ws = gemm.partials_shape(cfg, pc.m1 - pc.m0, pc.n1 - pc.n0)
+    partials = None if ws is None else torch.empty(ws, dtype=torch.float32, device=plan.out.device)
     return Launch(
+        config=cfg,
         out=plan.out[pc.m0 : pc.m1, pc.n0 : pc.n1],
         lhs=_window(plan.lhs, pc.m0, pc.m1, pc.k0, pc.k1),
         rhs=_window(plan.rhs, pc.n0, pc.n1, pc.k0, pc.k1),
@@ -68,6 +97,7 @@ def piece_launch(plan: GemmPlan, pc: Piece) -> Launch:
         rhs_scale=_scales(plan.rhs, pc.n0, pc.n1, pc.k0, pc.k1),
         alpha=plan.alpha,
         beta=plan.beta if pc.k0 == 0 else 1.0,
+        extras=(bias_v, aux, partials),
     )
 
 
@@ -75,9 +105,16 @@ def _check(plan: GemmPlan, mode: str) -> None:
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     cfg = plan.config
-    extras = (plan.bias, plan.gelu_aux, plan.bias_grad)
-    if cfg.epilogue != "plain" or any(t is not None for t in extras):
-        raise ValueError(f"{cfg.name}: compiled kernels implement the plain epilogue only")
+    if cfg.epilogue not in epilogue.FLAGS:
+        raise ValueError(f"{cfg.name}: compiled kernels implement the epilogues {sorted(epilogue.FLAGS)}")
+    parts = epilogue.FLAGS[cfg.epilogue]
+    for name, t, wanted in (
+        ("bias", plan.bias, parts.bias),
+        ("gelu_aux", plan.gelu_aux, parts.gelu or parts.dgelu),
+        ("bias_grad", plan.bias_grad, parts.colsum or parts.rowsum),
+    ):
+        if (t is not None) != wanted:
+            raise ValueError(f"{cfg.name}: the {cfg.epilogue} epilogue {'needs' if wanted else 'takes no'} {name}")
     if plan.out.dim() != 2 or (plan.out.stride(1) != 1 and plan.out.shape[1] > 1):
         raise ValueError(f"out must be a 2-D view with unit column stride, got stride {plan.out.stride()}")
     if (plan.lhs.format, plan.rhs.format, plan.lhs.k_major, plan.rhs.k_major) != (
@@ -90,34 +127,59 @@ def _check(plan: GemmPlan, mode: str) -> None:
 
 
 def execute(plan: GemmPlan, mode: str = "flydsl") -> None:
-    """Launch one kernel per piece of ``plan``, writing into ``plan.out`` (its leading stride honoured)."""
+    """Launch one kernel per piece of ``plan``, writing into ``plan.out`` (its leading stride honoured).
+
+    Besides the GEMM launches, on the same stream: a fused bias is widened to fp32 first (exact; one
+    N-element op, none when it is fp32 already), and ``dgelu_bgrad``'s per-tile column-sum partials
+    and ``bgrad``'s per-thread row-sum partials are summed afterwards, in a fixed order (``torch.sum``
+    over the workspaces' rows: no atomics, the same bits every run), into ``plan.bias_grad``.
+    """
     _check(plan, mode)
-    cfg = plan.config
-    launches = [piece_launch(plan, pc) for pc in plan.pieces if pc.m1 > pc.m0 and pc.n1 > pc.n0]
+    bias = None if plan.bias is None else plan.bias.to(torch.float32).contiguous()
+    launches = [piece_launch(plan, pc, bias) for pc in plan.pieces if pc.m1 > pc.m0 and pc.n1 > pc.n0]
     if mode == "flydsl":
         stream = torch.cuda.current_stream()
         for ln in launches:
-            args = ln.jit_args(cfg)
-            launcher(cfg, args)(*args, stream)
+            args = ln.jit_args()
+            launcher(ln.config, args)(*args, stream)
             launch_counts[mode] += 1
-        return
-    for ln in launches:
-        emulate(cfg, ln)
-        launch_counts[mode] += 1
+    else:
+        for ln in launches:
+            emulate(ln)
+            launch_counts[mode] += 1
+    if plan.bias_grad is not None:
+        _reduce_partials(plan, launches)
 
 
-def emulate(cfg: KernelConfig, ln: Launch) -> Any:
-    """Run one launch of ``cfg``'s gfx950 code object in the emulator on CPU tensors; returns its report."""
+def _reduce_partials(plan: GemmPlan, launches: list[Launch]) -> None:
+    """``bias_grad`` from the launches' partial rows, pieces in plan order, rows in order.
+
+    ``dgelu_bgrad``: column sums (``bias_grad[n]``, per column range of the pieces); ``bgrad``: row
+    sums (``bias_grad[m]``, per row range, K pieces included).
+    """
+    rowsum = epilogue.FLAGS[plan.config.epilogue].rowsum
+    by_range: dict[tuple[int, int], list[torch.Tensor]] = {}
+    for pc, ln in zip((pc for pc in plan.pieces if pc.m1 > pc.m0 and pc.n1 > pc.n0), launches, strict=True):
+        if ln.extras[2] is not None:
+            by_range.setdefault((pc.m0, pc.m1) if rowsum else (pc.n0, pc.n1), []).append(ln.extras[2])
+    for (r0, r1), parts in by_range.items():
+        plan.bias_grad[r0:r1].copy_(torch.cat(parts).sum(dim=0))
+
+
+def emulate(ln: Launch) -> Any:
+    """Run one launch's gfx950 code object in the emulator on CPU tensors; returns its report."""
     from . import emulator
 
+    cfg = ln.config
     ck = compile_config(cfg, "gfx950")
-    kernarg = emulator.pack_flydsl_kernarg(ck.code_object, ck.kernel, kernarg_values(cfg, ln))
+    kernarg = emulator.pack_flydsl_kernarg(ck.code_object, ck.kernel, kernarg_values(ln))
     grid = (gemm.grid_size(cfg, ln.out.shape[0], ln.out.shape[1]), 1, 1)
     return emulator.launch(ck.code_object, ck.kernel, kernarg, grid, (gemm.block_size(cfg), 1, 1))
 
 
-def kernarg_values(cfg: KernelConfig, ln: Launch) -> list[Any]:
+def kernarg_values(ln: Launch) -> list[Any]:
     """The kernel's launch values in signature order: the tensors (views), then the runtime scalars."""
+    cfg = ln.config
     geom = gemm.launch_geometry(cfg, ln.out, ln.lhs, ln.rhs)  # the same validation as a GPU launch
     lhs = ln.lhs.view(gemm.torch_dtype(cfg.lhs_format))
     rhs = ln.rhs.view(gemm.torch_dtype(cfg.rhs_format))
@@ -127,4 +189,5 @@ def kernarg_values(cfg: KernelConfig, ln: Launch) -> list[Any]:
         sa, sb = ln.lhs_scale, ln.rhs_scale
     else:
         sa = sb = lhs
-    return [ln.out, lhs, rhs, sa, sb, *geom, float(ln.alpha), float(ln.beta)]
+    extras = gemm.epilogue_views(cfg, ln.out, *ln.extras)
+    return [ln.out, lhs, rhs, sa, sb, *extras, *geom, float(ln.alpha), float(ln.beta)]

@@ -113,7 +113,15 @@ RULES: tuple[tuple[str, str], ...] = (
     (
         "epilogues",
         "plain in every layout; bias / gelu / bias_gelu in TN (fprop); bgrad in NT (wgrad, bias gradient "
-        "returned); dgelu / dgelu_bgrad in NN (dgrad, needs gelu_in)",
+        "returned); dgelu / dgelu_bgrad in NN (dgrad, needs gelu_in); GELU is the tanh approximation",
+    ),
+    (
+        "fused epilogues on gfx950",
+        "compiled where TE issues them (a row's backed list): bias / gelu / bias_gelu with the output in the "
+        "operands' dtype (bf16, fp16, fp32), dgelu / dgelu_bgrad likewise for bf16 / fp16, and for FP8 (E4M3 "
+        "fprop; E4M3 or E5M2 gradients) and MXFP8 into bf16 / fp16; bgrad for bf16 / fp16 / fp32 into the same "
+        "dtype or fp32; the GELU pre-activation in the output dtype; bias gradients deterministic (fixed-order "
+        "reductions)",
     ),
     ("alpha, beta, accumulate", "any alpha; beta and accumulate read and update D in place"),
     (
@@ -164,7 +172,8 @@ def _backed() -> Backed:
     for cfg in BACKED:
         pair = (cfg.rhs_format, cfg.lhs_format)  # lhs is TE's B and rhs TE's A (kernels/config.py)
         for layout in layouts_of(cfg.lhs_k_major, cfg.rhs_k_major, cfg.lhs_format):
-            found.setdefault(pair, set()).add((layout, cfg.out_format, cfg.epilogue))
+            if layout in EPILOGUE_LAYOUTS[cfg.epilogue]:  # FP8's K-major kernels serve every layout
+                found.setdefault(pair, set()).add((layout, cfg.out_format, cfg.epilogue))
     return {k: tuple(sorted(v, key=lambda c: (c[0].value, c[1].value, c[2]))) for k, v in found.items()}
 
 

@@ -65,11 +65,6 @@ def _default_pack() -> Any:
     return pack_scales
 
 
-def _aux_dtype(bias_type: Any, default: torch.dtype) -> torch.dtype:
-    """The GELU pre-activation's dtype: TE allocates it in ``bias_type`` when that is a float type."""
-    return torch_dtype_of(format_of_dtype(bias_type)) or default
-
-
 def _span(rows: int, cols: int, pitch: int, itemsize: int) -> int:
     """Bytes a ``rows x cols`` window of a row-major array with ``pitch`` spans."""
     return 0 if rows == 0 or cols == 0 else ((rows - 1) * pitch + cols) * itemsize
@@ -157,8 +152,8 @@ def build(
     gelu_aux = None
     if p.gelu:
         aux = call.gelu_in if p.grad else None
-        if aux is None:  # fprop: a fresh pre-activation comes back as gelu_input, in bias_type as TE has it
-            aux = torch.empty(p.out_shape, dtype=_aux_dtype(call.bias_type, out_dtype), device=device)
+        if aux is None:  # fprop: a fresh pre-activation comes back as gelu_input, in TE's dtype for it
+            aux = torch.empty(p.out_shape, dtype=torch_dtype_of(p.aux_dtype) or out_dtype, device=device)
         gelu_aux = aux.view(p.m, p.n)
     bias = call.bias.view(-1) if p.bias and not p.grad else None
     # TE returns the bias gradient in the output dtype (fp32 when accumulating into main_grad).

@@ -76,6 +76,17 @@ def _not_tensors(call: GemmCall) -> dict[str, Any]:
     return odd
 
 
+def _aux_format(call: GemmCall, out_dtype: Format) -> Format | None:
+    """The GELU pre-activation's format: ``gelu_in``'s when given (dGELU reads it), else the one the
+    backend allocates, as TE does: ``bias_type`` when that is a float type, else the output's."""
+    if not call.gelu:
+        return None
+    if call.grad and isinstance(call.gelu_in, torch.Tensor):  # forward GELU ignores a given gelu_in
+        return operands.format_of_dtype(call.gelu_in.dtype)
+    fmt = operands.format_of_dtype(call.bias_type)
+    return fmt if operands.torch_dtype_of(fmt) is not None else out_dtype
+
+
 def build(call: GemmCall, a_spec: OperandSpec, b_spec: OperandSpec, arch: str, device_type: str = "") -> GemmProblem:
     """The problem for ``call`` whose operands have the given specs, evaluated for ``arch``.
 
@@ -135,6 +146,7 @@ def build(call: GemmCall, a_spec: OperandSpec, b_spec: OperandSpec, arch: str, d
         bias_numel=call.bias.numel() if has_bias else 0,
         epilogue_contiguous=all(t.is_contiguous() for t in (call.bias if has_bias else None, aux) if t is not None),
         gelu=bool(call.gelu),
+        aux_dtype=_aux_format(call, out_dtype),
         grad=bool(call.grad),
         accumulate=bool(call.accumulate),
         alpha=float(call.alpha),

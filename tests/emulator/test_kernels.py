@@ -133,9 +133,9 @@ def _run_gemm(cfg, ck, m: int, n: int, k: int, code_object: bytes | None = None,
     out = torch.full((m, n), 3.0, dtype=gemm.torch_dtype(cfg.out_format))
     one = torch.ones(1)
     scales = (one, one) if cfg.lhs_format.is_fp8 else (None, None)
-    ln = Launch(out, lhs, rhs, *scales, 1.0, 0.0)
+    ln = Launch(cfg, out, lhs, rhs, *scales, 1.0, 0.0)
     co = code_object or ck.code_object
-    kernarg = pack_flydsl_kernarg(co, ck.kernel, kernarg_values(cfg, ln))
+    kernarg = pack_flydsl_kernarg(co, ck.kernel, kernarg_values(ln))
     grid = (gemm.grid_size(cfg, m, n), 1, 1)
     rep = launch(co, ck.kernel, kernarg, grid, (gemm.block_size(cfg), 1, 1), hazards=hazards)
     return rep, out, lref @ rref.T

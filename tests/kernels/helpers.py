@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import types
 
 import pytest
 import torch
 
-from te_flydsl_plugin.flydsl import toolchain
+from te_flydsl_plugin.flydsl import launch, toolchain
+from te_flydsl_plugin.flydsl.executors import run_reference
+from te_flydsl_plugin.flydsl.kernels import epilogue
 from te_flydsl_plugin.flydsl.kernels.config import KernelConfig
 from te_flydsl_plugin.flydsl.plan_types import GemmPlan, KernelOperand, Piece
 from te_flydsl_plugin.spec import Format
@@ -98,3 +101,62 @@ def tolerance(cfg: KernelConfig, k: int) -> tuple[float, float]:
     """(atol, rtol) for comparing to the fp64 reference: the output rounding plus fp32 accumulation."""
     rel = {Format.FP32: 2e-6, Format.BF16: 8e-3, Format.FP16: 1e-3}[cfg.out_format]
     return rel * max(k, 1) ** 0.5 * 4, rel * 2
+
+
+def with_epilogue(plan: GemmPlan, seed: int) -> GemmPlan:
+    """``plan`` with the tensors its config's epilogue needs: a bias (bf16: the host widens it), the
+    saved pre-activation (dGELU reads it; GELU overwrites a poisoned one) and a bias-grad output."""
+    cfg = plan.config
+    gen = torch.Generator().manual_seed(seed)
+    m, n = plan.out.shape
+    parts = epilogue.FLAGS[cfg.epilogue]
+    dev = plan.out.device
+    bias = (torch.randn(n, generator=gen) * 2).to(torch.bfloat16).to(dev) if parts.bias else None
+    aux = None
+    if parts.gelu:
+        aux = torch.full((m, n), float("nan"), dtype=plan.out.dtype, device=dev)
+    if parts.dgelu:
+        aux = (torch.randn(m, n, generator=gen) * 2).to(plan.out.dtype).to(dev)
+    grad = None
+    if parts.colsum or parts.rowsum:
+        grad = torch.full((m if parts.rowsum else n,), float("nan"), dtype=plan.out.dtype, device=dev)
+    problem = types.SimpleNamespace(epilogue=cfg.epilogue)
+    return dataclasses.replace(plan, problem=problem, bias=bias, gelu_aux=aux, bias_grad=grad)
+
+
+def outputs(plan: GemmPlan) -> GemmPlan:
+    """The same plan with private copies of everything an executor writes."""
+    return dataclasses.replace(
+        plan,
+        out=plan.out.clone(),
+        gelu_aux=None if plan.gelu_aux is None else plan.gelu_aux.clone(),
+        bias_grad=None if plan.bias_grad is None else plan.bias_grad.clone(),
+    )
+
+
+def run_and_compare(plan: GemmPlan, mode: str = "emulator") -> GemmPlan:
+    """The compiled kernels (the emulator, or ``flydsl`` on gfx950) against the reference executor on
+    copies of ``plan``; returns the executed plan."""
+    cfg = plan.config
+    want, got = outputs(plan), outputs(plan)
+    run_reference(want)
+    n_before = launch.launch_counts[mode]
+    launch.execute(got, mode)
+    if mode == "flydsl":
+        torch.cuda.synchronize()
+    assert launch.launch_counts[mode] == n_before + len(plan.pieces), "the compiled kernel did not run"
+    k = plan.lhs.k
+    atol, rtol = tolerance(cfg, k)
+
+    def close(a: torch.Tensor, b: torch.Tensor, atol: float) -> None:
+        # relative to the output's magnitude (MXFP8 operands span 2^-6 .. 2^6 per row), never below 1
+        scale = max(float(b.double().abs().max()), 1.0)
+        torch.testing.assert_close(a.double().cpu() / scale, b.double().cpu() / scale, atol=atol, rtol=rtol)
+
+    close(got.out, want.out, atol)
+    if epilogue.FLAGS[cfg.epilogue].gelu:
+        close(got.gelu_aux, want.gelu_aux, atol)
+    if got.bias_grad is not None:
+        # a sum over M (dgelu_bgrad) or K (bgrad) values: its rounding grows with the count
+        close(got.bias_grad, want.bias_grad, atol * max(plan.out.shape[0], k) ** 0.5)
+    return got

@@ -19,7 +19,7 @@ from te_flydsl_plugin.flydsl.plan import split
 from te_flydsl_plugin.flydsl.plan_types import GemmPlan
 from te_flydsl_plugin.spec import Format
 
-from .helpers import plan_for, tolerance
+from .helpers import outputs, plan_for, run_and_compare, tolerance, with_epilogue
 
 
 def _gfx950_reason() -> str | None:
@@ -60,13 +60,32 @@ def _fit(x: int, cfg: KernelConfig, k_major: bool) -> int:
 
 
 @pytest.mark.parametrize("shape", [(256, 256, 64), (1000, 1500, 8 * 53), (37, 4100, 512), (4096, 4096, 4096)])
-# MXFP8 configs need packed block scales: test_mx_gemm.py runs them.
-@pytest.mark.parametrize("cfg", [c for c in compiled.BACKED if c.scaling != "mx"], ids=lambda c: c.name)
+# MXFP8 configs need packed block scales: test_mx_gemm.py runs them; fused epilogues below.
+@pytest.mark.parametrize(
+    "cfg", [c for c in compiled.BACKED if c.scaling != "mx" and c.epilogue == "plain"], ids=lambda c: c.name
+)
 def test_backed_matches_reference(cfg: KernelConfig, shape: tuple[int, int, int]) -> None:
     m, n, k = shape
     k = k // (16 // cfg.lhs_format.itemsize) * (16 // cfg.lhs_format.itemsize)
     plan = plan_for(cfg, _fit(m, cfg, cfg.lhs_k_major), _fit(n, cfg, cfg.rhs_k_major), k, 0.5, 0.25, "cuda")
     _run(plan)
+
+
+@pytest.mark.parametrize("shape", [(1000, 1504, 8 * 53), (4096, 4096, 4096)])
+@pytest.mark.parametrize(
+    "cfg", [c for c in compiled.BACKED if c.scaling != "mx" and c.epilogue != "plain"], ids=lambda c: c.name
+)
+def test_fused_epilogue_matches_reference(cfg: KernelConfig, shape: tuple[int, int, int]) -> None:
+    """bias / GELU / dGELU / bias-gradient epilogues on hardware, and their bias gradients the same bits
+    on a second run (fixed-order reductions)."""
+    m, n, k = shape
+    plan = plan_for(cfg, _fit(m, cfg, cfg.lhs_k_major), _fit(n, cfg, cfg.rhs_k_major), k, 0.5, 0.25, "cuda")
+    got = run_and_compare(with_epilogue(plan, m + n), "flydsl")
+    if got.bias_grad is not None:
+        again = outputs(with_epilogue(plan, m + n))
+        launch.execute(again, "flydsl")
+        torch.cuda.synchronize()
+        assert torch.equal(got.bias_grad, again.bias_grad)
 
 
 def test_operand_over_2gib() -> None:
@@ -92,3 +111,23 @@ def test_launch_is_graph_capturable() -> None:
     torch.cuda.synchronize()
     want = _reference_out(plan, torch.zeros_like(plan.out))
     torch.testing.assert_close(plan.out, want, atol=1e-2, rtol=1e-3)
+
+
+@pytest.mark.parametrize("epi", ["bias_gelu", "dgelu_bgrad", "bgrad"])
+def test_fused_epilogue_is_graph_capturable(epi: str) -> None:
+    """The epilogue's extra work (fp32 bias, partial workspaces and their reduction) replays in a graph."""
+    cfg = next(c for c in compiled.BACKED if c.epilogue == epi and c.lhs_format is Format.BF16)
+    plan = with_epilogue(plan_for(cfg, 512, 512, 512, device="cuda"), 7)
+    launch.execute(outputs(plan), "flydsl")  # compile outside the capture
+    got = outputs(plan)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        launch.execute(got, "flydsl")
+    graph.replay()
+    torch.cuda.synchronize()
+    want = outputs(plan)
+    run_reference(want)
+    atol, rtol = tolerance(cfg, 512)
+    torch.testing.assert_close(got.out.float(), want.out.float(), atol=atol, rtol=rtol)
+    if want.bias_grad is not None:
+        torch.testing.assert_close(got.bias_grad.float(), want.bias_grad.float(), atol=atol * 512**0.5, rtol=rtol)

@@ -27,10 +27,11 @@ from te_flydsl_plugin.flydsl.plan_types import GemmPlan, KernelOperand, Piece
 from te_flydsl_plugin.spec import Format, Layout
 
 from ..gemm_cases import make_mxfp8, make_operand, shapes, te_math
-from .helpers import needs_toolchain, plan_of, tolerance
+from .helpers import needs_toolchain, plan_of, run_and_compare, tolerance, with_epilogue
 
 F = Format
-MX_BACKED = [c for c in compiled.BACKED if c.scaling == "mx"]
+MX_BACKED = [c for c in compiled.BACKED if c.scaling == "mx" and c.epilogue == "plain"]
+MX_EPILOGUES = [c for c in compiled.BACKED if c.scaling == "mx" and c.epilogue != "plain"]
 _TORCH_OUT = {F.FP32: torch.float32, F.BF16: torch.bfloat16, F.FP16: torch.float16}
 
 
@@ -116,6 +117,17 @@ def test_mx_backed_matches_reference(cfg: KernelConfig) -> None:
     m = 37 if cfg.lhs_k_major else 48
     n = 20 if cfg.rhs_k_major else 32
     _run_and_compare(_plan(cfg, m, n, 160, 0.5, 0.75))
+
+
+@needs_toolchain
+@pytest.mark.emulator
+@pytest.mark.parametrize("cfg", MX_EPILOGUES, ids=lambda c: c.name)
+def test_mx_epilogue_matches_reference(cfg: KernelConfig) -> None:
+    """The fused epilogues on MXFP8 (tests/kernels/test_epilogues.py has the rest): edge tiles, a K tail
+    in the 512 group, alpha and a given D."""
+    m = 37 if cfg.lhs_k_major else 48
+    n = 20 if cfg.rhs_k_major else 32
+    run_and_compare(with_epilogue(_plan(cfg, m, n, 160, 0.5, 0.75), m + n))
 
 
 @needs_toolchain
@@ -251,3 +263,19 @@ def test_mx_on_gfx950(cfg: KernelConfig) -> None:
     atol, rtol = tolerance(cfg, plan.lhs.k)
     scale = float(plan.out.abs().max())
     torch.testing.assert_close(dev.out.cpu().double() / scale, plan.out.double() / scale, atol=atol, rtol=rtol)
+
+
+@pytest.mark.gfx950
+@pytest.mark.skipif(_gfx950_reason() is not None, reason=_gfx950_reason() or "")
+@pytest.mark.parametrize("cfg", MX_EPILOGUES, ids=lambda c: c.name)
+def test_mx_epilogue_on_gfx950(cfg: KernelConfig) -> None:
+    """The fused epilogues on MXFP8, on the GPU, against the reference executor (launch counter checked)."""
+    m, n = (1000 if cfg.lhs_k_major else 1008), (1500 if cfg.rhs_k_major else 1504)
+    plan = _plan(cfg, m, n, 4128, 1.0, 0.0)
+    dev = dataclasses.replace(
+        plan,
+        lhs=dataclasses.replace(plan.lhs, data=plan.lhs.data.cuda(), mx_scales=plan.lhs.mx_scales.cuda()),
+        rhs=dataclasses.replace(plan.rhs, data=plan.rhs.data.cuda(), mx_scales=plan.rhs.mx_scales.cuda()),
+        out=plan.out.cuda(),
+    )
+    run_and_compare(with_epilogue(dev, m + n), "flydsl")

@@ -40,14 +40,13 @@ from flydsl.expr import const_expr, range_constexpr, rocdl
 
 from ...spec import Format
 from ..matrix import OUT_VEC  # output columns per accumulator block: one vector store (store_tile)
-from . import mfma, mx
+from . import epilogue, mfma, mx, rowsum
 from .config import KernelConfig
 
 WAVE_SIZE = 64
 DMA_BYTES = 16  # one direct global->LDS transfer per lane
 NUM_XCDS = 8
 GROUP_M = 8
-_OOB_BYTES = 1 << 31  # a byte offset no piece's buffer reaches (the plan keeps spans < 2**31 - 1)
 
 # Format -> (FlyDSL element type name, MFMA shape K). The MFMA per format is the widest gfx950 has.
 _ELEM = {
@@ -85,6 +84,11 @@ class GemmParams:
     n_waves: fx.Constexpr[int]
     mma_k: fx.Constexpr[int]
     threads: fx.Constexpr[int]
+    epi_bias: fx.Constexpr[bool]  # the fused epilogue's parts (kernels/epilogue.py FLAGS)
+    epi_gelu: fx.Constexpr[bool]
+    epi_dgelu: fx.Constexpr[bool]
+    epi_colsum: fx.Constexpr[bool]
+    epi_rowsum: fx.Constexpr[bool]
 
 
 @dataclass(frozen=True)
@@ -110,8 +114,8 @@ def params_for(cfg: KernelConfig) -> GemmParams:
         raise ValueError(f"{cfg.name}: MXFP8 needs tile_k == {mx.TILE_K} (one K-step, one scale byte, per tile)")
     if cfg.out_format not in _OUT:
         raise ValueError(f"{cfg.name}: output must be fp32, bf16 or fp16")
-    if cfg.epilogue != "plain":
-        raise ValueError(f"{cfg.name}: only the plain epilogue is implemented")
+    if cfg.epilogue not in epilogue.FLAGS:
+        raise ValueError(f"{cfg.name}: the kernels implement the epilogues {sorted(epilogue.FLAGS)}")
     itemsize = cfg.lhs_format.itemsize
     if cfg.scaling == "tensor" and not (cfg.lhs_k_major and cfg.rhs_k_major):
         raise ValueError(f"{cfg.name}: FP8 operands must be K-major (the plan uses TE's stored transposes)")
@@ -136,6 +140,7 @@ def params_for(cfg: KernelConfig) -> GemmParams:
         n_waves=n_waves,
         mma_k=mma_k,
         threads=cfg.waves * WAVE_SIZE,
+        **{f"epi_{name}": on for name, on in epilogue.FLAGS[cfg.epilogue]._asdict().items()},
     )
     geometry(cfg)  # validates divisibility
     return p
@@ -238,6 +243,9 @@ def gemm_kernel(
     rhs: fx.Tensor,
     lhs_scale: fx.Tensor,
     rhs_scale: fx.Tensor,
+    bias: fx.Tensor,
+    aux: fx.Tensor,
+    partials: fx.Tensor,
     m: fx.Int32,
     n: fx.Int32,
     k: fx.Int32,
@@ -256,7 +264,7 @@ def gemm_kernel(
     threads = p.threads
     vec = DMA_BYTES // p.elem_bytes
     k_chunks = tile_k // p.mma_k
-    oob_in = -(_OOB_BYTES // p.elem_bytes)  # wraps to byte offset 2**31 once scaled
+    oob_in = -(epilogue.OOB_BYTES // p.elem_bytes)  # wraps to byte offset 2**31 once scaled
 
     # Built here, not passed in: a TiledMma argument would carry the MFMA's state as kernel arguments.
     tiled_mma = make_tiled_mma(p)
@@ -430,91 +438,45 @@ def gemm_kernel(
         last = (k_tiles < 1).select(1, k_tiles)  # K = 0 multiplies the zero-filled stage 0
         multiply((last + 1) % 2, words)
     else:
+        # bgrad (kernels/rowsum.py): after each tile's MFMAs the first tile column adds lhs's rows up in LDS.
+        sums = rowsum.start(p)
         fill_stage(0, 0)
         for t in range(0, k_tiles - 1, 1):
             rocdl.s_waitcnt(vmcnt=0)
             rocdl.s_barrier()
             fill_stage((t + 1) % 2, t + 1)
             multiply(t % 2)
+            if const_expr(p.epi_rowsum) and bn == 0:
+                sums = rowsum.add(p, sums, lds_a + (t % 2) * (tile_m * tile_k), a_layout, elem_a, tid)
         rocdl.s_waitcnt(vmcnt=0)
         rocdl.s_barrier()
         # The last tile sits in stage (k_tiles - 1) % 2; K = 0 has none, and multiplies the zeros that the
         # all-out-of-bounds fill of tile 0 left in stage 0, giving beta * out.
         last = (k_tiles < 1).select(1, k_tiles)
         multiply((last + 1) % 2)
+        if const_expr(p.epi_rowsum) and bn == 0:
+            sums = rowsum.add(p, sums, lds_a + ((last + 1) % 2) * (tile_m * tile_k), a_layout, elem_a, tid)
+            rowsum.store(p, sums, fx.rocdl.make_buffer_tensor(partials, max_size=False), row0, m, tid)
 
     scale = alpha
     if const_expr(p.scaled and not p.mx):
         sa = fx.rocdl.make_buffer_tensor(lhs_scale, max_size=False)
         sb = fx.rocdl.make_buffer_tensor(rhs_scale, max_size=False)
         scale = alpha * sa[0] * sb[0]
-    # beta == 0 never reads D (it may hold NaN or be uninitialised): two epilogues, a uniform branch.
-    tile = (p, acc, thr_mma, o_buf, row0, col0, m, n, ld_out, scale, beta)
-    if beta == 0.0:
-        store_tile(*tile, False)
+    # The epilogue's buffers (bgrad's partials were written where the K loop ends: rowsum.store).
+    extras = tuple(
+        fx.rocdl.make_buffer_tensor(t, max_size=False) if used else None
+        for t, used in ((bias, p.epi_bias), (aux, p.epi_gelu or p.epi_dgelu), (partials, p.epi_colsum))
+    )
+    tile = (p, acc, thr_mma, o_buf, extras, row0, col0, bm, m, n, ld_out, scale, beta)
+    # beta == 0 never reads D (it may hold NaN or be uninitialised): the plain store has two bodies
+    # behind a uniform branch; the fused epilogues one, which drops D's loads at run time (two spill).
+    if const_expr(p.epi_bias or p.epi_gelu or p.epi_dgelu):
+        epilogue.store_tile(*tile, None)
+    elif beta == 0.0:
+        epilogue.store_tile(*tile, False)
     else:
-        store_tile(*tile, True)
-
-
-def store_tile(p, acc, thr_mma, o_buf, row0, col0, m, n, ld_out, scale, beta, reads_out):
-    """The epilogue: ``out = scale * acc (+ beta * out)`` for this thread's accumulators.
-
-    Accumulator block ``(i, j)`` holds 4 adjacent columns of one output row (the tiled MMA computes
-    the tile transposed); where it maps to comes from the tiled MMA's own C partition. Each block is
-    one 8-byte (16-bit outputs) or 16-byte (fp32) buffer access: the block starts on a multiple of 4
-    columns and N, ``ld_out`` and the base are multiples of 4 elements (``launch_geometry``; the
-    matrix declines other outputs), so a block is whole and aligned, all inside N or all outside. Rows
-    past M and columns past N go through the out-of-bounds offset: the hardware drops those stores.
-    ``reads_out`` (beta != 0): each row of blocks issues all its loads before its stores, because a
-    load after a store to the same buffer cannot be moved above it (the compiler must assume they
-    alias) and would otherwise wait a full memory round trip per block.
-    """
-    elem_out = getattr(fx, p.out_elem)
-    oob_out = -(_OOB_BYTES // p.out_bytes)
-    if const_expr(p.pinned):
-        # MFMA results -> the reads below: the wait states the compiler cannot see (kernels/mfma.py).
-        # Fenced here, in each epilogue's own block, so the AGPR -> VGPR reads follow the stores
-        # instead of all being hoisted above the branch between the two epilogues (which spills).
-        mfma.fence_accumulators(acc)
-    a_reps = fx.size(acc.shape[1]).get_static_leaf_int
-    b_reps = fx.size(acc.shape[2]).get_static_leaf_int
-    n_of = thr_mma.partition_C(fx.make_view(0, fx.make_layout((p.tile_n, p.tile_m), (1, 0))))
-    m_of = thr_mma.partition_C(fx.make_view(0, fx.make_layout((p.tile_n, p.tile_m), (0, 1))))
-    out_it = fx.get_iter(o_buf)
-    atom = fx.make_copy_atom(fx.rocdl.BufferCopy128b() if p.out_bytes == 4 else fx.rocdl.BufferCopy64b(), elem_out)
-    block = fx.make_layout(4, 1)
-
-    # The lane's first block, and each block relative to it: the differences are the layout's constants,
-    # which the compiler folds, so a block costs an add and two compares on three live VGPRs instead of
-    # a precomputed row and column per block (which, kept across the K loop, spill MXFP8's kernels).
-    m0 = fx.get_scalar(m_of[0])
-    n0 = fx.get_scalar(n_of[0])
-    lane_row = row0 + m0
-    lane_col = col0 + n0
-    lane_off = lane_row * ld_out + lane_col
-
-    def where(i, j):
-        """Linear offset of block ``(i, j)``, or the dropped offset past M / N."""
-        first = 4 * (i + a_reps * j)  # its first element: the C partition's shape is ((4, 1), a_reps, b_reps)
-        dm = fx.get_scalar(m_of[first]) - m0
-        dn = fx.get_scalar(n_of[first]) - n0
-        inside = (lane_row + dm < m) & (lane_col + dn < n)
-        return inside.select(lane_off + dm * ld_out + dn, oob_out)
-
-    for i in range_constexpr(a_reps):
-        dsts = [fx.make_view(out_it + where(i, j), block) for j in range_constexpr(b_reps)]
-        olds = []
-        if const_expr(reads_out):
-            for j in range_constexpr(b_reps):
-                olds.append(fx.make_rmem_tensor(block, elem_out))
-                fx.copy_atom_call(atom, dsts[j], olds[j])
-        for j in range_constexpr(b_reps):
-            vals = fx.Vector(acc[None, i, j].load(), (4,), fx.Float32) * scale  # shape (4, 1) -> (4,)
-            if const_expr(reads_out):
-                vals = vals + olds[j].load().to(fx.Float32) * beta
-            r = fx.make_rmem_tensor(block, elem_out)
-            r.store(vals.to(elem_out))
-            fx.copy_atom_call(atom, r, dsts[j])
+        epilogue.store_tile(*tile, True)
 
 
 def make_tiled_mma(p: GemmParams) -> fx.TiledMma:
@@ -543,6 +505,9 @@ def gemm_launch(
     rhs: fx.Tensor,
     lhs_scale: fx.Tensor,
     rhs_scale: fx.Tensor,
+    bias: fx.Tensor,
+    aux: fx.Tensor,
+    partials: fx.Tensor,
     m: fx.Int32,
     n: fx.Int32,
     k: fx.Int32,
@@ -559,7 +524,7 @@ def gemm_launch(
     # The code object's kernel symbol is the config name, so reports and the emulator can find it.
     gemm_kernel._known_block_size = [p.threads, 1, 1]
     gemm_kernel._func.__name__ = p.name
-    args = (out, lhs, rhs, lhs_scale, rhs_scale, m, n, k, ld_lhs, ld_rhs, ld_out, alpha, beta, p)
+    args = (out, lhs, rhs, lhs_scale, rhs_scale, bias, aux, partials, m, n, k, ld_lhs, ld_rhs, ld_out, alpha, beta, p)
     gemm_kernel(*args).launch(grid=(tiles, 1, 1), block=(p.threads, 1, 1), stream=stream)
 
 
@@ -636,6 +601,61 @@ def launch_geometry(
     return (m, n, k, *lds)
 
 
+def partials_shape(cfg: KernelConfig, m: int, n: int) -> tuple[int, int] | None:
+    """The fp32 bias-gradient workspace of one ``m x n`` launch, or None when the epilogue takes none.
+
+    ``dgelu_bgrad``: ``[tile rows * MMA wave rows, n]`` column-sum partials (kernels/epilogue.py);
+    ``bgrad``: ``[thread groups, m]`` row-sum partials (kernels/rowsum.py).
+    """
+    parts = epilogue.FLAGS[cfg.epilogue]
+    if parts.colsum:
+        return (-(-m // cfg.tile_m) * _wave_grid(cfg)[0], n)
+    if parts.rowsum:
+        return (rowsum.groups_of(cfg.tile_m, cfg.lhs_format.itemsize, cfg.waves * WAVE_SIZE), m)
+    return None
+
+
+def epilogue_views(
+    cfg: KernelConfig,
+    out: "torch.Tensor",  # noqa: F821
+    bias: "torch.Tensor | None",  # noqa: F821
+    aux: "torch.Tensor | None",  # noqa: F821
+    partials: "torch.Tensor | None",  # noqa: F821
+) -> tuple:
+    """``(bias, aux, partials)`` as the kernel takes them, ValueError for views it cannot address.
+
+    ``bias``: fp32 ``[N]`` contiguous (``epilogue.py``: the host widens TE's bias). ``aux``: the GELU
+    pre-activation, ``out``'s shape, dtype and leading stride (the epilogue addresses both with one
+    offset). ``partials``: the contiguous fp32 :func:`partials_shape` workspace. Each is required
+    exactly when the config's epilogue uses it; unused slots get ``out`` as an unread placeholder.
+    """
+    import torch
+
+    parts = epilogue.FLAGS[cfg.epilogue]
+    m, n = out.shape
+    wants = {"bias": parts.bias, "aux": parts.gelu or parts.dgelu, "partials": parts.colsum or parts.rowsum}
+    for name, t in {"bias": bias, "aux": aux, "partials": partials}.items():
+        if (t is not None) != wants[name]:
+            raise ValueError(f"{cfg.name}: the {cfg.epilogue} epilogue {'needs' if wants[name] else 'takes no'} {name}")
+    if bias is not None and (bias.dtype != torch.float32 or tuple(bias.shape) != (n,) or not bias.is_contiguous()):
+        raise ValueError(f"bias must be a contiguous fp32 [{n}] vector, got {bias.dtype} {tuple(bias.shape)}")
+    if aux is not None and (
+        aux.dtype != out.dtype or aux.shape != out.shape or (m > 1 and aux.stride() != out.stride())
+    ):
+        raise ValueError(
+            f"gelu aux must match out (dtype {out.dtype}, shape {tuple(out.shape)}, stride {out.stride()}), "
+            f"got {aux.dtype} {tuple(aux.shape)} {aux.stride()}"
+        )
+    if aux is not None and aux.numel() and aux.storage_offset() % OUT_VEC:
+        raise ValueError(f"gelu aux must start on a multiple of {OUT_VEC} elements")
+    want = partials_shape(cfg, m, n)
+    if partials is not None and (
+        partials.dtype != torch.float32 or tuple(partials.shape) != want or not partials.is_contiguous()
+    ):
+        raise ValueError(f"partials must be a contiguous fp32 {want} workspace, got {tuple(partials.shape)}")
+    return tuple(out if t is None else t for t in (bias, aux, partials))
+
+
 def jit_args(
     cfg: KernelConfig,
     out: "torch.Tensor",  # noqa: F821
@@ -645,8 +665,11 @@ def jit_args(
     rhs_scale: "torch.Tensor | None",  # noqa: F821
     alpha: float,
     beta: float,
+    extras: tuple = (None, None, None),
 ) -> tuple:
     """The arguments of :func:`gemm_launch` (stream excluded) for one launch's kernel-facing views.
+
+    ``extras`` are the epilogue's ``(bias, aux, partials)`` (:func:`epilogue_views`).
 
     Each tensor's data pointer, storage offset included, is passed as a 64-bit base, so a plan
     piece's views need no offset arithmetic in the kernel. FP8 payloads may arrive as uint8: they
@@ -667,7 +690,8 @@ def jit_args(
         sa, sb = dyn(lhs_scale), dyn(rhs_scale)
     else:
         sa = sb = dyn(lhs)  # unread placeholders: the kernel reads scales only for FP8
-    return (dyn(out), dyn(lhs), dyn(rhs), sa, sb, *geom, float(alpha), float(beta), params_for(cfg))
+    epi = tuple(dyn(t) for t in epilogue_views(cfg, out, *extras))
+    return (dyn(out), dyn(lhs), dyn(rhs), sa, sb, *epi, *geom, float(alpha), float(beta), params_for(cfg))
 
 
 def placeholder_args(cfg: KernelConfig) -> tuple:
@@ -681,7 +705,14 @@ def placeholder_args(cfg: KernelConfig) -> tuple:
     scale = torch.ones(1, dtype=torch.float32)
     if cfg.scaling == "mx":
         scale = torch.zeros(size // 16, 64, dtype=torch.int32)  # a piece's packed words (mx.piece_words)
-    return jit_args(cfg, out, lhs, rhs, scale, scale, 1.0, 0.0)
+    parts = epilogue.FLAGS[cfg.epilogue]
+    ws = partials_shape(cfg, size, size)
+    extras = (
+        torch.empty(size, dtype=torch.float32) if parts.bias else None,
+        torch.empty_like(out) if parts.gelu or parts.dgelu else None,
+        None if ws is None else torch.empty(ws, dtype=torch.float32),
+    )
+    return jit_args(cfg, out, lhs, rhs, scale, scale, 1.0, 0.0, extras)
 
 
 def grid_size(cfg: KernelConfig, m: int, n: int) -> int:

@@ -1,0 +1,229 @@
+"""The GEMM family's epilogue: what happens to a tile's fp32 accumulators after the K loop.
+
+One compile-time choice per config (``KernelConfig.epilogue``, the matrix's names), all sharing one
+store path (:func:`store_tile`): for each accumulator block (4 adjacent output columns of one row)
+``res = scale * acc (+ beta * out)``, then
+
+* ``bias``: ``res += bias[col]`` (the bias reaches the kernel as fp32: the host widens TE's bf16 /
+  fp16 bias exactly, so one config serves every bias dtype);
+* ``gelu`` / ``bias_gelu``: the pre-activation ``res`` (after the bias) is stored to ``aux`` in the
+  output dtype, and ``out = gelu(res)``;
+* ``dgelu`` / ``dgelu_bgrad``: ``out = res * gelu'(aux)``, ``aux`` being TE's saved pre-activation;
+  ``dgelu_bgrad`` also writes the tile's column sums of that fp32 ``out`` (the bias gradient) as
+  per-wave partial rows of a workspace, which the host reduces in a fixed order (no atomics: the
+  same bits every run).
+
+The semantics are the reference executor's (``flydsl/executors.py``). GELU is the tanh
+approximation TE and cuBLASLt fuse, ``0.5 x (1 + tanh(u))``, ``u = sqrt(2/pi) (x + 0.044715 x^3)``,
+evaluated as ``x * sigmoid(2u)`` (the same function: ``(1 + tanh u) / 2 = sigmoid(2u)``), which
+needs one ``exp`` and one division per element and no ``tanh`` expansion; its derivative is
+``sigmoid(2u) + 2 x sigmoid(2u) (1 - sigmoid(2u)) u'`` with ``u' = sqrt(2/pi) (1 + 3 * 0.044715 x^2)``.
+
+The K loop is not touched by any of this: every epilogue runs after the last MFMA, so each config's
+loop is the plain config's, instruction for instruction (``compiled.isa_report``'s ``loop_insts``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import flydsl.expr as fx
+from flydsl._mlir.dialects import rocdl
+from flydsl.expr import const_expr, range_constexpr
+
+from . import mfma
+
+OOB_BYTES = 1 << 31  # a byte offset no piece's buffer reaches (the plan keeps spans < 2**31 - 1)
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_GELU_C = 0.044715
+_LOG2E = 1.0 / math.log(2.0)
+# MFMA 16x16 C layout (AMD CDNA4 ISA, "matrix fused multiply add" operand layouts): lane l holds C rows
+# 4 * (l // 16) + [0, 4) at C column l % 16. C is out^T here, so the 16 lanes of one l // 16 group hold
+# the same 4 output columns at 16 different output rows: XOR shuffles over the low 4 lane bits sum them.
+_ROW_LANES = 16
+
+
+class Parts(NamedTuple):
+    """What one epilogue does (the kernel's compile-time switches, ``GemmParams.epi_*``)."""
+
+    bias: bool  # adds a bias per output column
+    gelu: bool  # stores the pre-activation to aux, applies GELU
+    dgelu: bool  # multiplies by gelu'(aux)
+    colsum: bool  # column sums of the result -> per-tile partials (dgelu_bgrad)
+    rowsum: bool  # sums of lhs over K -> per-thread partials, in the K loop (bgrad: kernels/rowsum.py)
+
+
+FLAGS: dict[str, Parts] = {
+    "plain": Parts(False, False, False, False, False),
+    "bias": Parts(True, False, False, False, False),
+    "gelu": Parts(False, True, False, False, False),
+    "bias_gelu": Parts(True, True, False, False, False),
+    "dgelu": Parts(False, False, True, False, False),
+    "dgelu_bgrad": Parts(False, False, True, True, False),
+    "bgrad": Parts(False, False, False, False, True),
+}
+
+
+def _hw(op, x: fx.Vector) -> fx.Vector:
+    """A gfx950 transcendental (``v_exp_f32`` / ``v_rcp_f32``, 1 ulp) elementwise on a vector.
+
+    The ROCDL ops, not ``math.exp2`` / a division: those lower to ROCm device-library calls (which
+    compile-only machines lack) or to a many-instruction IEEE division sequence.
+    """
+    f32 = fx.Float32.ir_type
+    elems = [fx.Float32(op(f32, fx.as_ir_value(x[e]))) for e in range(4)]
+    return fx.Vector.from_elements(elems, dtype=fx.Float32)
+
+
+def _sigmoid_2u(x: fx.Vector) -> fx.Vector:
+    """``sigmoid(2u(x))`` of the tanh GELU, elementwise: ``1 / (1 + 2^(-2 u log2 e))``."""
+    u = (x + x * x * x * _GELU_C) * _SQRT_2_OVER_PI
+    return _hw(rocdl.rcp, _hw(rocdl.exp2, u * (-2.0 * _LOG2E)) + 1.0)
+
+
+def gelu(x: fx.Vector) -> fx.Vector:
+    """tanh-approximated GELU (TE's and cuBLASLt's fused epilogue)."""
+    return x * _sigmoid_2u(x)
+
+
+def dgelu(x: fx.Vector) -> fx.Vector:
+    """Derivative of :func:`gelu`."""
+    s = _sigmoid_2u(x)
+    du = (x * x * (3.0 * _GELU_C) + 1.0) * _SQRT_2_OVER_PI
+    return s + x * s * (1.0 - s) * du * 2.0
+
+
+def store_tile(p, acc, thr_mma, o_buf, extras, row0, col0, bm, m, n, ld_out, scale, beta, reads_out):
+    """The epilogue for this thread's accumulators; ``extras`` = (bias, aux, partials) buffers.
+
+    Accumulator block ``(i, j)`` holds 4 adjacent columns of one output row (the tiled MMA computes
+    the tile transposed); where it maps to comes from the tiled MMA's own C partition. Each block is
+    one 8-byte (16-bit outputs) or 16-byte (fp32) buffer access: the block starts on a multiple of 4
+    columns and N, ``ld_out`` and the base are multiples of 4 elements (``launch_geometry``; the
+    matrix declines other outputs), so a block is whole and aligned, all inside N or all outside. Rows
+    past M and columns past N go through the out-of-bounds offset: the hardware drops those stores
+    and answers those loads with zeros. ``aux`` shares ``out``'s offsets (same dtype, same leading
+    stride: ``gemm.epilogue_views``). ``reads_out``: False (beta == 0: D is never read), True (beta !=
+    0), or None (one body for both: D's loads take the dropped offset when beta == 0, so NaN in D stays
+    out; the fused epilogues use it, because two bodies let LLVM hoist both bodies' accumulator reads
+    above the branch and spill). Each column group of blocks issues all its loads (old ``out``,
+    ``aux``) before its stores, because a load after a store to the same buffer cannot be moved above
+    it (the compiler must assume they alias) and would otherwise wait a full memory round trip per
+    block.
+    """
+    add_bias, fwd_gelu, bwd_gelu, col_sums = p.epi_bias, p.epi_gelu, p.epi_dgelu, p.epi_colsum
+    bias_buf, aux_buf, part_buf = extras
+    elem_out = getattr(fx, p.out_elem)
+    oob_out = -(OOB_BYTES // p.out_bytes)
+    oob_f32 = -(OOB_BYTES // 4)
+    if const_expr(p.pinned):
+        # MFMA results -> the reads below: the wait states the compiler cannot see (kernels/mfma.py).
+        # Fenced here, in each epilogue's own block, so the AGPR -> VGPR reads follow the stores
+        # instead of all being hoisted above the branch between the two epilogues (which spills).
+        mfma.fence_accumulators(acc)
+    a_reps = fx.size(acc.shape[1]).get_static_leaf_int
+    b_reps = fx.size(acc.shape[2]).get_static_leaf_int
+    n_of = thr_mma.partition_C(fx.make_view(0, fx.make_layout((p.tile_n, p.tile_m), (1, 0))))
+    m_of = thr_mma.partition_C(fx.make_view(0, fx.make_layout((p.tile_n, p.tile_m), (0, 1))))
+    out_it = fx.get_iter(o_buf)
+    atom = fx.make_copy_atom(fx.rocdl.BufferCopy128b() if p.out_bytes == 4 else fx.rocdl.BufferCopy64b(), elem_out)
+    atom_f32 = fx.make_copy_atom(fx.rocdl.BufferCopy128b(), fx.Float32)
+    block = fx.make_layout(4, 1)
+
+    # The lane's first block, and each block relative to it: the differences are the layout's constants,
+    # which the compiler folds, so a block costs an add and two compares on three live VGPRs instead of
+    # a precomputed row and column per block (which, kept across the K loop, spill MXFP8's kernels).
+    m0 = fx.get_scalar(m_of[0])
+    n0 = fx.get_scalar(n_of[0])
+    lane_row = row0 + m0
+    lane_col = col0 + n0
+    lane_off = lane_row * ld_out + lane_col
+
+    def delta(i, j):
+        first = 4 * (i + a_reps * j)  # a block's first element: the C partition's shape is ((4, 1), a_reps, b_reps)
+        return fx.get_scalar(m_of[first]) - m0, fx.get_scalar(n_of[first]) - n0
+
+    def where(i, j):
+        """Linear offset of block ``(i, j)`` in ``out`` (and ``aux``), or the dropped offset past M / N."""
+        dm, dn = delta(i, j)
+        inside = (lane_row + dm < m) & (lane_col + dn < n)
+        return inside.select(lane_off + dm * ld_out + dn, oob_out)
+
+    def load(buf_atom, it, offset, elem):
+        r = fx.make_rmem_tensor(block, elem)
+        fx.copy_atom_call(buf_atom, fx.make_view(it + offset, block), r)
+        return r
+
+    for i in range_constexpr(a_reps):
+        offs = [where(i, j) for j in range_constexpr(b_reps)]
+        if const_expr(add_bias):
+            dn = delta(i, 0)[1]
+            b_off = (lane_col + dn < n).select(lane_col + dn, oob_f32)
+            bias_vals = load(atom_f32, fx.get_iter(bias_buf), b_off, fx.Float32).load()
+        olds = []
+        auxs = []
+        part = None  # col_sums: this lane's sums over its rows of the column group
+        if const_expr(reads_out is None):
+            # beta == 0 must not read D (it may hold NaN): its loads take the dropped offset (zeros).
+            olds = [
+                load(atom, out_it, (beta != 0.0).select(offs[j], oob_out), elem_out) for j in range_constexpr(b_reps)
+            ]
+        elif const_expr(reads_out):
+            olds = [load(atom, out_it, offs[j], elem_out) for j in range_constexpr(b_reps)]
+        if const_expr(bwd_gelu):
+            auxs = [load(atom, fx.get_iter(aux_buf), offs[j], elem_out) for j in range_constexpr(b_reps)]
+        for j in range_constexpr(b_reps):
+            vals = fx.Vector(acc[None, i, j].load(), (4,), fx.Float32) * scale  # shape (4, 1) -> (4,)
+            if const_expr(reads_out is not False):
+                vals = vals + olds[j].load().to(fx.Float32) * beta
+            if const_expr(add_bias):
+                vals = vals + bias_vals
+            if const_expr(fwd_gelu):
+                pre = fx.make_rmem_tensor(block, elem_out)
+                pre.store(vals.to(elem_out))
+                fx.copy_atom_call(atom, pre, fx.make_view(fx.get_iter(aux_buf) + offs[j], block))
+                vals = gelu(vals)
+            if const_expr(bwd_gelu):
+                vals = vals * dgelu(auxs[j].load().to(fx.Float32))
+            if const_expr(col_sums):
+                part = vals if part is None else part + vals
+            r = fx.make_rmem_tensor(block, elem_out)
+            r.store(vals.to(elem_out))
+            fx.copy_atom_call(atom, r, fx.make_view(out_it + offs[j], block))
+        if const_expr(col_sums):
+            _store_column_sums(p, part, part_buf, atom_f32, block, bm, lane_col + delta(i, 0)[1], n, oob_f32)
+
+
+def _lane_xor(v: fx.Vector, lane: fx.Int32, step: int) -> fx.Vector:
+    """Lane ``lane ^ step``'s copy of ``v``, through ``ds_bpermute_b32`` (byte address = 4 x source lane).
+
+    Not ``gpu.shuffle``: LLVM lowers its XOR form to ``ds_swizzle_b32``, which the project's emulator
+    does not model; the permute is the same data movement in one instruction per word.
+    """
+    words = v.bitcast(fx.Int32)
+    index = fx.as_ir_value((lane ^ step) * 4)
+    i32 = fx.Int32.ir_type
+    moved = [fx.Int32(rocdl.ds_bpermute(i32, index, fx.as_ir_value(words[e]))) for e in range(4)]
+    return fx.Vector.from_elements(moved, dtype=fx.Int32).bitcast(fx.Float32)
+
+
+def _store_column_sums(p, part, part_buf, atom_f32, block, bm, col, n, oob_f32):
+    """One column group's sums over this wave's rows of the tile -> its row of the partials workspace.
+
+    ``part`` holds the sums over this lane's rows; the XOR shuffles add the 16 lanes that share its
+    columns, in the same order every run. The workspace is ``[tiles_m * m_waves, n]`` fp32: row
+    ``bm * m_waves + (the wave's MMA row)``, written by the group's first lane; the host sums the rows
+    in order (``launch.py``).
+    """
+    lane = fx.thread_idx.x % 64
+    total = part
+    for step in (1, 2, 4, 8):
+        total = total + _lane_xor(total, lane, step)
+    # Wave w's MMA coordinate along M is w // n_waves (the wave layout of gemm.make_tiled_mma).
+    ws_row = bm * p.m_waves + fx.thread_idx.x // 64 // p.n_waves
+    first = (lane % _ROW_LANES == 0) & (col < n)
+    off = first.select(ws_row * n + col, oob_f32)
+    r = fx.make_rmem_tensor(block, fx.Float32)
+    r.store(total)
+    fx.copy_atom_call(atom_f32, r, fx.make_view(fx.get_iter(part_buf) + off, block))

@@ -1,0 +1,152 @@
+"""The fused epilogues of the GEMM family, compiled for gfx950 and run in the emulator.
+
+Each epilogue config (``compiled.EPILOGUE_FAMILY``) must compile within the ISA budgets (``test_compile.py``
+covers that for the whole family) with a K loop identical to its plain config's, and match the
+reference executor (``executors.run_reference``, the semantics TE's epilogues define) on shapes with
+M != N != K, edge tiles in M and N, a K tail, a given D (beta), host-split pieces (the epilogue runs
+in the last K piece only; bgrad in every K piece of the first column range) and K = 0. The bias
+gradients must be the same bits on every run (the partials are reduced in a fixed order, no atomics).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+
+import pytest
+import torch
+
+from te_flydsl_plugin.flydsl import compiled, launch
+from te_flydsl_plugin.flydsl.kernels import epilogue
+from te_flydsl_plugin.flydsl.kernels.config import KernelConfig
+from te_flydsl_plugin.flydsl.plan_types import GemmPlan, Piece
+from te_flydsl_plugin.spec import Format
+
+from .helpers import needs_toolchain, outputs, plan_for, run_and_compare, with_epilogue
+
+pytestmark = [pytest.mark.emulator, needs_toolchain]
+F = Format
+EPI = [c for c in compiled.BACKED if c.epilogue != "plain" and c.scaling != "mx"]
+MX_EPI = [c for c in compiled.BACKED if c.epilogue != "plain" and c.scaling == "mx"]
+
+
+def _k_unit(cfg: KernelConfig) -> int:
+    return 16 // cfg.lhs_format.itemsize
+
+
+def _plan(cfg: KernelConfig, m: int, n: int, k: int, alpha: float, beta: float, pieces=None) -> GemmPlan:
+    m = m if cfg.lhs_k_major else m // _k_unit(cfg) * _k_unit(cfg)
+    n = n if cfg.rhs_k_major else n // _k_unit(cfg) * _k_unit(cfg)
+    plan = plan_for(cfg, m, n, k, alpha=alpha, beta=beta, seed=m * 7 + n + k, pieces=pieces)
+    return with_epilogue(plan, m + n)
+
+
+def test_epilogue_family_is_the_plain_family_plus_epilogues() -> None:
+    """Every epilogue config's plain twin is backed (K pieces before the last run it), and each
+    epilogue appears where TE issues it: bias / GELU in TN, dGELU in NN."""
+    where = {"bgrad": "NT", "dgelu": "NN", "dgelu_bgrad": "NN"}
+    for cfg in EPI + MX_EPI:
+        assert dataclasses.replace(cfg, epilogue="plain") in compiled.BACKED, cfg.name
+        layout = {(True, True): "TN", (True, False): "NN", (False, False): "NT"}[(cfg.lhs_k_major, cfg.rhs_k_major)]
+        want = where.get(cfg.epilogue, "TN")
+        assert layout == want or (cfg.scaling == "tensor" and want == "NN"), cfg.name  # FP8 NN reads K-major
+    assert {c.epilogue for c in EPI} == set(epilogue.FLAGS) - {"plain"}
+
+
+@pytest.mark.parametrize("cfg", EPI, ids=lambda c: c.name)
+def test_epilogue_matches_reference(cfg: KernelConfig) -> None:
+    """Two tile columns with an edge in M and N, a K tail, alpha and a given D (beta)."""
+    run_and_compare(_plan(cfg, 301, 140, 9 * _k_unit(cfg), 0.5, 0.75))
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [c for c in EPI if c.lhs_format is F.BF16 and c.out_format is F.BF16],
+    ids=lambda c: c.name,
+)
+def test_epilogue_beta_zero_ignores_nan_d(cfg: KernelConfig) -> None:
+    """beta 0 never reads D: a D full of NaN leaves no trace (one epilogue body serves both betas)."""
+    plan = _plan(cfg, 37, 76, 3 * _k_unit(cfg), 1.0, 0.0)
+    plan.out.fill_(float("nan"))
+    got = run_and_compare(plan)
+    assert not got.out.isnan().any()
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [c for c in EPI if c.lhs_format is F.BF16 and c.out_format is F.BF16],
+    ids=lambda c: c.name,
+)
+def test_epilogue_in_host_split_pieces(cfg: KernelConfig) -> None:
+    """Pieces in M, N and K: earlier K pieces run the plain twin, the last one the epilogue, once."""
+    m, n, k = 304, 264, 24 * _k_unit(cfg)
+    kc = 8 * _k_unit(cfg)
+    pieces = tuple(
+        Piece(m0, m1, n0, n1, k0, min(k0 + kc, k))
+        for m0, m1 in ((0, 256), (256, 304))
+        for n0, n1 in ((0, 128), (128, 264))
+        for k0 in range(0, k, kc)
+    )
+    run_and_compare(_plan(cfg, m, n, k, 0.5, 0.25, pieces=pieces))
+
+
+@pytest.mark.parametrize("epi", ["bias_gelu", "dgelu_bgrad", "bgrad"])
+def test_epilogue_empty_k(epi: str) -> None:
+    """K = 0: the epilogue applies to beta * out."""
+    cfg = next(c for c in EPI if c.epilogue == epi and c.lhs_format is F.BF16 and c.out_format is F.BF16)
+    run_and_compare(_plan(cfg, 40, 72, 0, 1.0, 0.5))
+
+
+@pytest.mark.parametrize(("epi", "out"), [("dgelu_bgrad", F.BF16), ("bgrad", F.FP32)])
+def test_bias_grad_is_deterministic(epi: str, out: Format) -> None:
+    """Several tile rows feed the same columns (dgelu_bgrad), several K tiles and thread groups the
+    same rows (bgrad): two runs give the same bits."""
+    cfg = next(c for c in EPI if c.epilogue == epi and c.lhs_format is F.BF16 and c.out_format is out)
+    plan = _plan(cfg, 520, 264, 5 * _k_unit(cfg) * 8, 1.0, 0.0)
+    first = run_and_compare(plan).bias_grad
+    again = outputs(plan)
+    launch.execute(again, "emulator")
+    assert torch.equal(first, again.bias_grad)
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("cfg", [c for c in EPI + MX_EPI if c.epilogue != "bgrad"], ids=lambda c: c.name)
+def test_epilogue_leaves_the_k_loop_alone(cfg: KernelConfig) -> None:
+    """A fused epilogue runs after the last MFMA: its config's K loop holds the plain twin's
+    instructions (the accumulators stay in place in the same AGPRs), and only the code after the loop
+    grows."""
+    rep = compiled.isa_report(cfg)
+    plain = compiled.isa_report(dataclasses.replace(cfg, epilogue="plain"))
+    assert rep["ok"], rep
+    assert rep["agpr_accumulators"] == plain["agpr_accumulators"]
+    # The same instructions in every loop; only the count of wait-state s_nops may differ (LLVM places
+    # them by the registers it allocated: MXFP8's fused-epilogue loops came out with 6 fewer per loop).
+    mine, twin = _loop_opcodes(cfg), _loop_opcodes(dataclasses.replace(cfg, epilogue="plain"))
+    assert len(mine) == len(twin)
+    for a, b in zip(mine, twin, strict=True):
+        assert a - Counter({"s_nop": a["s_nop"]}) == b - Counter({"s_nop": b["s_nop"]}), (a, b)
+        assert a["s_nop"] <= b["s_nop"]
+
+
+def _loop_opcodes(cfg: KernelConfig) -> list[Counter]:
+    """Opcode counts of each loop of ``cfg``'s code (a backward branch's target to the branch)."""
+    from te_flydsl_plugin.flydsl import toolchain
+    from te_flydsl_plugin.flydsl.emulator.decode import decode_text
+
+    text = toolchain.disassemble(compiled.compile_config(cfg).code_object, "gfx950")
+    insts = [i for kernel in decode_text(text).values() for i in kernel]
+    ends = [b for b in insts if b.branch_target is not None and b.branch_target <= b.address]
+    return [Counter(i.opcode for i in insts if b.branch_target <= i.address <= b.address) for b in ends]
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("cfg", [c for c in EPI if c.epilogue == "bgrad"], ids=lambda c: c.name)
+def test_bgrad_sums_in_the_first_tile_column_only(cfg: KernelConfig) -> None:
+    """bgrad's K loop reads lhs's K tiles from LDS for the row sums: LLVM unswitches the uniform
+    ``bn == 0`` test into two loops, one with the sums (extra ``ds_read_b128``s) and one without, which
+    the other tile columns run; accumulators stay in place in both, nothing spills."""
+    rep = compiled.isa_report(cfg)
+    plain = compiled.isa_report(dataclasses.replace(cfg, epilogue="plain"))
+    assert rep["ok"], rep
+    assert len(rep["loop_insts"]) == 2 and len(plain["loop_insts"]) == 1, rep["loop_insts"]
+    assert min(rep["loop_insts"]) <= plain["loop_insts"][0] < max(rep["loop_insts"]), rep["loop_insts"]
