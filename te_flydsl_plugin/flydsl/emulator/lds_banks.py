@@ -121,7 +121,7 @@ class BankStats:
     def wrap(self, inst: Inst, step: Callable[[Wave], None]) -> Callable[[Wave], None]:
         """``step`` preceded by counting its bank cycles, for a DS instruction that touches LDS memory;
         ``step`` itself for anything else."""
-        accesses = _accesses(inst)
+        accesses = accesses(inst)
         if accesses is None:
             return step
         addr_reg, parts = accesses
@@ -156,11 +156,11 @@ class BankStats:
 
 def lane_bytes(inst: Inst) -> int:
     """LDS bytes one lane of a counted DS instruction reads or writes (0 for anything else)."""
-    acc = _accesses(inst)
+    acc = accesses(inst)
     return sum(width for _, width in acc[1]) if acc is not None else 0
 
 
-def _accesses(inst: Inst) -> tuple[int, list[tuple[int, int]]] | None:
+def accesses(inst: Inst) -> tuple[int, list[tuple[int, int]]] | None:
     """(address VGPR, [(byte offset, width), ...]) of a DS instruction that reads or writes LDS memory."""
     op = inst.opcode
     if op in _WIDTH:
