@@ -11,7 +11,7 @@ Per GEMM ``M x N x K`` of a kernel with ``tile_m x tile_n`` output tiles and ``t
 * the operands, scales and output also cross HBM at least once: ``bytes / hbm`` is a floor;
 * ``time = launch + max(sum over rounds of tile clocks / clock, HBM floor)``.
 
-The four :class:`Calibration` values are not published for this chip's GEMM load and were fitted
+The :class:`Calibration` values (but the clock) are not published for this chip's GEMM load and were fitted
 to aiter's MI355X timings of its own f4gemm code objects (tools/calibrate_aiter.py; the fit, its
 held-out error and what the model misses are in docs/perf-model.md).
 """
@@ -34,11 +34,11 @@ class Calibration:
     """The fitted values (docs/perf-model.md, "Calibration"): the sustained clock, the fabric's
     bandwidth shared by busy CUs, HBM's achieved bandwidth, and the launch's fixed cost."""
 
-    clock_hz: float = 2.1e9
+    clock_hz: float = 2.1e9  # held at the published sustained clock under GEMM load (issue 12), not fitted
     fabric_bytes_per_s: float = 12e12
-    hbm_bytes_per_s: float = 5.0e12
+    hbm_bytes_per_s: float = 4.5e12
     launch_s: float = 3e-6
-    port_bytes_per_clock: float = 64.0
+    port_bytes_per_clock: float = 32.0
 
 
 CALIBRATED = Calibration()

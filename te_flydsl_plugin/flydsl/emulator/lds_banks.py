@@ -121,10 +121,10 @@ class BankStats:
     def wrap(self, inst: Inst, step: Callable[[Wave], None]) -> Callable[[Wave], None]:
         """``step`` preceded by counting its bank cycles, for a DS instruction that touches LDS memory;
         ``step`` itself for anything else."""
-        accesses = accesses(inst)
-        if accesses is None:
+        acc = accesses(inst)
+        if acc is None:
             return step
-        addr_reg, parts = accesses
+        addr_reg, parts = acc
         entry = self.by_address.setdefault(inst.address, InstBanks(inst.opcode))
         model = self.model
 

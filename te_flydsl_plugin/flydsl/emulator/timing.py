@@ -77,7 +77,14 @@ def _classify(inst: Inst) -> str:
 
 
 def _regs(inst: Inst, start: int) -> list[tuple[str, int]]:
-    return [(o.kind, r) for o in inst.operands[start:] if o.kind in ("v", "a") for r in range(o.index, o.index + o.count)]
+    ops = inst.operands[start:]
+    return [(o.kind, r) for o in ops if o.kind in ("v", "a") for r in range(o.index, o.index + o.count)]
+
+
+def _count(inst: Inst) -> int:
+    """Registers the destination (operand 0) writes: 0 unless it is a VGPR / AGPR."""
+    d = inst.operands[0] if inst.operands else None
+    return d.count if d is not None and d.kind in ("v", "a") else 0
 
 
 @dataclass(frozen=True)
@@ -96,11 +103,9 @@ def _decode(inst: Inst) -> _Decoded:
         t = mfma_timing(inst.opcode, inst.mod_int("cbsz", 0), inst.mod_int("blgp", 0))
         if t is None:
             raise ValueError(f"no gfx950 pass count for {inst.opcode}")
-        return _Decoded(kind, tuple(_regs(inst, 1)), tuple(_regs(inst, 0)[: inst.operands[0].count]), t[0] * 4)
+        return _Decoded(kind, tuple(_regs(inst, 1)), tuple(_regs(inst, 0)[: _count(inst)]), t[0] * CLOCKS_PER_PASS)
     if kind == "valu":
-        dst = inst.operands[0] if inst.operands else None
-        writes = tuple((dst.kind, r) for r in range(dst.index, dst.index + dst.count)) if dst and dst.kind in "va" else ()
-        return _Decoded(kind, tuple(_regs(inst, 1)), writes, 0)
+        return _Decoded(kind, tuple(_regs(inst, 1)), tuple(_regs(inst, 0)[: _count(inst)]), 0)
     if kind == "s_waitcnt":
         vm, lgkm = waitcnt_counts(inst)
         return _Decoded(kind, (), (), 0, vm, lgkm)
