@@ -4,6 +4,8 @@ the ``estimate`` command on the real family."""
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -70,14 +72,30 @@ def test_residency_by_lds_and_registers() -> None:
 
 @pytest.mark.compile
 @needs_toolchain
-def test_estimate_cli(capsys: pytest.CaptureFixture[str]) -> None:
-    rc = cli.main(["estimate", "--shape", "4096x2048x1024", "--kinds", "bf16", "--json", "--no-lds"])
-    rows = json.loads(capsys.readouterr().out)["rows"]
-    assert rc == 0 and rows[0]["selected"] and not any(r["selected"] for r in rows[1:])
+def test_estimate_cli(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    png = tmp_path / "e.png"
+    rc = cli.main(["estimate", "--shape", "4096x2048x1024", "--kinds", "bf16", "--json", "--no-lds", "--plot", f"{png}"])
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)
+    rows = data["rows"]
+    assert rc == 0 and data["predicted"] and rows[0]["selected"] and not any(r["selected"] for r in rows[1:])
     assert {r["config"] for r in rows} >= {BF16.name} and all(0 < r["share_of_peak"] <= 1 for r in rows)
+    assert all(r["limiter"] in ("compute", "fabric", "HBM") and r["static"]["tflops"] > 0 for r in rows)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "plotted 1 GEMM(s)" in captured.err
     rc = cli.main(["estimate", "--suite", "llm", "--only", "llama3.1-8b.o.", "--kinds", "fp8"])
     out = capsys.readouterr().out
-    assert rc == 0 and "llama3.1-8b.o.wgrad" in out and "limiter" in out and "*" in out
+    assert rc == 0 and "llama3.1-8b.o.wgrad" in out and "limiter" in out and "*" in out and "predicted" in out
     assert cli.main(["estimate", "--shape", "12x3"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "MxNxK" in err
+
+
+def test_plot_without_matplotlib_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """matplotlib is optional: without it ``--plot`` fails at once, in one line, before any work."""
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    for command in (["estimate", "--shape", "64x64x64"], ["bench", "--suite", "square"]):
+        assert cli.main([*command, "--plot", "x.png"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "pip install 'te-flydsl-plugin[plot]'" in err

@@ -141,7 +141,7 @@ def replay(trace: Trace, memory: Memory, groups: int = 1) -> int:
         w = waves[wi]
         if w.pos >= len(w.trace):
             w.done = True
-            end = max(end, w.t, *w.vm, *w.lgkm, 0)
+            end = max(end, w.t, *w.vm, *w.lgkm, *ready[wi].values())  # its loads, stores and MFMAs drained
             _release(waves, w.group, heap)
             continue
         pc, cost = w.trace[w.pos]

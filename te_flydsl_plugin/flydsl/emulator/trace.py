@@ -48,9 +48,10 @@ class Trace:
         self.waves: list[list[tuple[int, int]]] = []
 
     def start(self, insts: list[Inst], nwaves: int) -> None:
-        """Called by the launch: the kernel's instructions and its waves per workgroup."""
+        """Called by the launch: the kernel's instructions and its waves per workgroup (the lists are
+        refilled in place: the wrapped steps hold them)."""
         self.insts = insts
-        self.waves = [[] for _ in range(nwaves)]
+        self.waves[:] = [[] for _ in range(nwaves)]
 
     def wrap(self, pc: int, inst: Inst, step: Callable[[Wave], None]) -> Callable[[Wave], None]:
         """``step`` preceded by recording it (and its cost) in the executing wave's list."""
