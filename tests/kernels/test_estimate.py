@@ -1,5 +1,5 @@
-"""The first, static timing model (flydsl/estimate.py): its invariants on synthetic K-loop reports, and
-the ``estimate`` command on the real family."""
+"""``estimate`` (flydsl/estimate.py): the static K-loop bound's invariants on synthetic K-loop reports,
+and the command on the real family (the calibrated prediction, --json, --plot, matplotlib missing)."""
 
 from __future__ import annotations
 
@@ -74,7 +74,8 @@ def test_residency_by_lds_and_registers() -> None:
 @needs_toolchain
 def test_estimate_cli(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     png = tmp_path / "e.png"
-    rc = cli.main(["estimate", "--shape", "4096x2048x1024", "--kinds", "bf16", "--json", "--no-lds", "--plot", f"{png}"])
+    args = ["--shape", "4096x2048x1024", "--kinds", "bf16", "--json", "--no-lds", "--plot", f"{png}"]
+    rc = cli.main(["estimate", *args])
     captured = capsys.readouterr()
     data = json.loads(captured.out)
     rows = data["rows"]
