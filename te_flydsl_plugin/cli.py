@@ -575,7 +575,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokens", type=int, default=8192, help="tokens per micro-batch (M of fprop / dgrad)")
     p.add_argument("--only", default="", help="only suite shapes whose name contains this")
     p.add_argument("--progress", action="store_true", help="progress on stderr even when it is not a terminal")
-    p.add_argument("--no-lds", action="store_true", help="skip the bank-conflict count (one emulated tile a config)")
+    p.add_argument("--no-lds", action="store_true", help="no bank-conflict count in the static bound")
     p.add_argument("--plot", default=None, metavar="FILE.png", help="TFLOP/s per GEMM against the peak (matplotlib)")
 
     p = add("bench", cmd_bench, "time every backed config on an LLM shape suite (gfx950 GPU only)")
