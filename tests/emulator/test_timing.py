@@ -10,7 +10,7 @@ import pytest
 from te_flydsl_plugin.flydsl import wg_timing
 from te_flydsl_plugin.flydsl.emulator.machine import Wave
 from te_flydsl_plugin.flydsl.emulator.timing import CLOCKS_PER_PASS, ISSUE_CLOCKS, LDS_LATENCY, Memory, replay
-from te_flydsl_plugin.flydsl.emulator.trace import Trace
+from te_flydsl_plugin.flydsl.emulator.trace import Trace, vmem_lane_bytes
 
 from .helpers import Program, vset
 
@@ -114,3 +114,9 @@ def test_lines_are_linear_in_k_and_interpolate_in_bandwidth() -> None:
     assert wg_timing.at(rows, 8.0) == (100.0, 125.0) and wg_timing.at(rows, 4.0) == (100.0, 125.0)
     assert wg_timing.at(rows, 32.0) == (100.0, 62.5)
     assert wg_timing.at(rows, 1 / (0.5 / 8 + 0.5 / 16)) == pytest.approx((100.0, 93.75))
+
+
+def test_vector_memory_bytes_come_from_the_opcode() -> None:
+    widths = {"buffer_load_dwordx4": 16, "buffer_load_dword": 4, "global_store_short_d16_hi": 2}
+    widths |= {"buffer_atomic_pk_add_bf16": 4, "global_atomic_add_f32": 4, "global_load_ubyte": 1}
+    assert {op: vmem_lane_bytes(op) for op in widths} == widths

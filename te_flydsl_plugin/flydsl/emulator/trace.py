@@ -30,7 +30,9 @@ _VMEM = ("buffer_", "global_", "flat_", "scratch_")
 # bytes per lane of a vector-memory opcode's data suffix (CDNA3 / CDNA4 ISA: MUBUF / FLAT opcodes)
 _SUFFIX_BYTES = {"ubyte": 1, "sbyte": 1, "byte": 1, "ushort": 2, "sshort": 2, "short": 2, "dword": 4}
 _SUFFIX_BYTES |= {"dwordx2": 8, "dwordx3": 12, "dwordx4": 16, "b32": 4, "b64": 8, "b96": 12, "b128": 16}
-_SUFFIX = re.compile(r"_(ubyte|sbyte|byte|ushort|sshort|short|dwordx[234]|dword|b32|b64|b96|b128)(_|$)")
+# atomics name their element type instead (a packed pair of 16-bit values is one dword)
+_SUFFIX_BYTES |= {"pk_add_bf16": 4, "pk_add_f16": 4, "f32": 4, "u32": 4, "i32": 4, "f64": 8, "u64": 8, "x2": 8}
+_SUFFIX = re.compile("_(" + "|".join(sorted(_SUFFIX_BYTES, key=len, reverse=True)) + ")(_|$)")
 
 
 def vmem_lane_bytes(opcode: str) -> int:
