@@ -493,6 +493,25 @@ def _kloop_table(rows: list[dict[str, Any]]) -> list[str]:
 # ---------------------------------------------------------------- bench
 
 
+def _check_plot(path: str | None) -> None:
+    """``--plot``: matplotlib must be there before any work starts (one line when it is not)."""
+    if path:
+        from .flydsl import plot
+
+        try:
+            plot.require()
+        except plot.PlotUnavailable as exc:
+            raise CliError(str(exc)) from None
+
+
+def _plot(path: str | None, rows: list[dict[str, Any]], title: str) -> None:
+    if path:
+        from .flydsl import plot
+
+        n = plot.plot(rows, path, title)
+        print(f"plotted {n} GEMM(s) to {path}", file=sys.stderr)
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     """Time the backed kernel configs on a gfx950 GPU (flydsl/bench.py); one-line error elsewhere."""
     from .flydsl import bench
@@ -506,6 +525,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     shapes = [s for s in bench.SUITES[args.suite](args.tokens) if args.only in s.name]
     if not shapes:
         raise CliError(f"no shape of the {args.suite} suite contains {args.only!r}")
+    _check_plot(args.plot)
     try:
         bench.require_gfx950()
     except RuntimeError as exc:
@@ -530,6 +550,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     lines = [f"{len(shapes)} shape(s) x {len(kinds)} kind(s); * = the config select() picks"]
     lines += ["  " + "  ".join(f"{row[i]!s:<{widths[i]}}" for i in range(len(head))) for row in table]
     _emit(args, {"suite": args.suite, "tokens": args.tokens, "iters": args.iters, "rows": rows}, "\n".join(lines))
+    _plot(args.plot, rows, f"measured, {args.suite} suite")
     return 0
 
 
@@ -548,9 +569,9 @@ def _shape_arg(text: str) -> Any:
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
-    """Predicted time of every backed config on each GEMM (flydsl/estimate.py: a first, uncalibrated model)."""
+    """Predicted time of every backed config on each GEMM (flydsl/estimate.py: the calibrated timing model)."""
     try:
-        from .flydsl import bench, compiled, estimate
+        from .flydsl import bench, compiled, estimate, tile_timing
     except ImportError as exc:
         raise CliError(f"the kernel family cannot be loaded: {exc}") from exc
     from .flydsl import toolchain
@@ -565,10 +586,17 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         shapes = [s for s in bench.SUITES[args.suite](args.tokens) if args.only in s.name]
         if not shapes:
             raise CliError(f"no shape of the {args.suite} suite contains {args.only!r}")
+    _check_plot(args.plot)
     if toolchain.find_ld_lld() is None:
         raise CliError("no ld.lld >= 18 found: apt-get install lld-22 (or install ROCm)")
     tty = sys.stderr.isatty() and not args.json
     reports: dict[Any, dict[str, Any]] = {}
+    timings: dict[Any, dict[str, Any]] = {}
+
+    def lines_of(cfg: Any, resident: int) -> dict[str, Any]:
+        if cfg not in timings:
+            timings[cfg] = tile_timing.kernel_lines(cfg, resident)
+        return timings[cfg]
 
     def report(cfg: Any) -> dict[str, Any]:
         if cfg not in reports:
@@ -583,22 +611,25 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         print(f"\r[{i}/{total}] {name[:60]:<60}", end="", file=sys.stderr, flush=True)
 
     try:
-        rows = estimate.run(shapes, kinds, report, progress if tty or args.progress else None)
+        rows = estimate.run(shapes, kinds, report, lines_of, progress if tty or args.progress else None)
     except toolchain.ToolchainError as exc:
         raise CliError(str(exc)) from exc
     if tty or args.progress:
         print(file=sys.stderr)
-    head = ("shape", "layout", "m", "n", "k", "kind", "config", "selected", "ms", "TFLOP/s", "of peak", "limiter")
+    head = ("shape", "layout", "m", "n", "k", "kind", "config", "selected", "predicted ms", "TFLOP/s", "of peak",
+            "limiter", "static TFLOP/s")  # fmt: skip
     table = [head] + [
         (r["shape"], r["layout"], r["m"], r["n"], r["k"], r["kind"], r["config"] or r.get("declined", ""),
          "*" if r.get("selected") else "", f"{r['ms']:.4f}" if "ms" in r else "",
          f"{r['tflops']:.0f}" if "tflops" in r else "", f"{r['share_of_peak']:.0%}" if "tflops" in r else "",
-         r.get("limiter", ""))
+         r.get("limiter", ""), f"{r['static']['tflops']:.0f}" if "static" in r else "")
         for r in rows
     ]  # fmt: skip
-    lines = [f"{len(shapes)} shape(s) x {len(kinds)} kind(s), predicted (uncalibrated, docs/perf-model.md); "
-             "* = the config select() picks", *_columns(table)]  # fmt: skip
-    _emit(args, {"suite": None if args.shape else args.suite, "model": "static-v1", "rows": rows}, "\n".join(lines))
+    note = "predicted by the calibrated model (docs/perf-model.md; static = the K-loop bound)"
+    lines = [f"{len(shapes)} shape(s) x {len(kinds)} kind(s), {note}; * = the config select() picks", *_columns(table)]
+    data = {"suite": None if args.shape else args.suite, "model": "timing-v1", "predicted": True, "rows": rows}
+    _emit(args, data, "\n".join(lines))
+    _plot(args.plot, rows, f"predicted, {args.shape or args.suite + ' suite'}")
     return 0
 
 
@@ -674,7 +705,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokens", type=int, default=8192, help="tokens per micro-batch (M of fprop / dgrad)")
     p.add_argument("--only", default="", help="only suite shapes whose name contains this")
     p.add_argument("--progress", action="store_true", help="progress on stderr even when it is not a terminal")
-    p.add_argument("--no-lds", action="store_true", help="skip the bank-conflict count (one emulated tile a config)")
+    p.add_argument("--no-lds", action="store_true", help="no bank-conflict count in the static bound")
+    p.add_argument("--plot", default=None, metavar="FILE.png", help="TFLOP/s per GEMM against the peak (matplotlib)")
 
     p = add("bench", cmd_bench, "time every backed config on an LLM shape suite (gfx950 GPU only)")
     p.add_argument("--suite", default="llm", choices=["llm", "square"], help="the shape suite (default llm)")
@@ -682,6 +714,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokens", type=int, default=8192, help="tokens per micro-batch (M of fprop / dgrad)")
     p.add_argument("--iters", type=int, default=20, help="timed launches per config, after 3 warm-ups")
     p.add_argument("--only", default="", help="only shapes whose name contains this")
+    p.add_argument("--plot", default=None, metavar="FILE.png", help="TFLOP/s per GEMM, torch.matmul and the peak")
     return parser
 
 

@@ -1,27 +1,28 @@
-"""``te-flydsl-plugin estimate``: predicted time of each backed config on a GEMM, from its K-loop report.
+"""``te-flydsl-plugin estimate``: the predicted time of each backed config on a GEMM.
 
-A first, static and uncalibrated model (docs/perf-model.md): it extends one steady-state K iteration
-(``kloop.py``: llvm-mca's cycles, the XDL floor) to the grid, and sets an HBM floor beside it. No
-emulator timing yet, no LDS, cache or latency model, not checked against any measured kernel:
-figures are predictions to compare configs and kernels with, not speeds.
+Two predictions per config and GEMM, both **predicted**, never measured (docs/perf-model.md):
 
-Per config and GEMM ``M x N x K``:
+* the **calibrated** one (``predict``): one tile of the config traced in the emulator and replayed by
+  the timing model (``tile_timing.py``, ``emulator/timing.py``), extended to the grid by
+  ``grid_model.predict`` with the calibration fitted to aiter's MI355X timings (median absolute
+  error 7% on 796 GEMMs of AMD's own f4gemm kernels, docs/perf-model.md);
+* the **static bound** (``static_bound``), from the K-loop report alone (``kloop.py``):
 
-* a CU holds ``resident`` workgroups: as many as its 160 KiB of LDS and its 512-entry register file
-  per SIMD lane allow (``compiled.LDS_BUDGET`` / ``REGISTER_BUDGET``), so ``waves_per_simd`` =
-  ``resident x waves / 4``;
-* one K iteration of every resident wave takes the longest of: a wave's own schedule (llvm-mca's
-  cycles, 4 clocks each: "issue", i.e. issue slots, waits and latencies as llvm-mca sees them), the
-  SIMD's XDL pipe shared by its waves (``waves_per_simd x xdl_floor`` cycles: "MFMA"), and the CU's
-  LDS moving every resident wave's DS and direct-to-LDS bytes at 256 bytes per clock, plus each
-  wave's bank-conflict clocks when the report has them (``kloop["lds"]``, lds_conflicts.py) ("LDS");
-* a tile takes ``ceil(K / tile_k)`` iterations (the peeled last K tile costs one), the grid
-  ``ceil(tiles / (256 x resident))`` rounds of tiles (the last partial round costs a full one);
-* memory: the operands and the output cross HBM at least once, ``bytes / 8 TB/s``; the limiter is
-  "memory" when that floor exceeds the compute time;
-* the MFMA peak of the config's instruction: ``256 CUs x 4 SIMDs x FLOPs / (passes x 4 clocks)`` at
-  the clock, so ``share`` = predicted / peak (bf16 2.5, FP8 / MXFP8 5.0 PFLOP/s dense at 2.4 GHz,
-  AMD's MI355X figures).
+  - a CU holds ``resident`` workgroups: as many as its 160 KiB of LDS and its 512-entry register
+    file per SIMD lane allow (``compiled.LDS_BUDGET`` / ``REGISTER_BUDGET``), so ``waves_per_simd`` =
+    ``resident x waves / 4``;
+  - one K iteration of every resident wave takes the longest of: a wave's own schedule (llvm-mca's
+    cycles, 4 clocks each: "issue"), the SIMD's XDL pipe shared by its waves (``waves_per_simd x
+    xdl_floor`` cycles: "MFMA"), and the CU's LDS moving every resident wave's DS and direct-to-LDS
+    bytes at 256 bytes per clock, plus each wave's bank-conflict clocks when the report has them
+    (``kloop["lds"]``, lds_conflicts.py) ("LDS");
+  - a tile takes ``ceil(K / tile_k)`` iterations, the grid ``ceil(tiles / (256 x resident))`` rounds
+    of tiles (the last partial round costs a full one);
+  - memory: the operands and the output cross HBM at least once, ``bytes / 8 TB/s``;
+  - at the peak clock, 2.4 GHz.
+
+The MFMA peak of the config's instruction is ``256 CUs x 4 SIMDs x FLOPs / (passes x 4 clocks)`` at
+the peak clock, so ``share_of_peak`` = predicted / peak (bf16 2.5, FP8 / MXFP8 5.0 PFLOP/s dense).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from . import grid_model
 from .compiled import LDS_BUDGET, REGISTER_BUDGET
 from .emulator.lds_banks import BYTES_PER_CLOCK
 from .kernels.config import KernelConfig
@@ -63,9 +65,41 @@ def resident(isa: dict[str, Any], cfg: KernelConfig) -> int:
     return max(1, min(by_lds, by_regs))
 
 
-def predict(cfg: KernelConfig, isa: dict[str, Any], m: int, n: int, k: int) -> dict[str, Any]:
-    """The prediction for one config (``isa`` its ``compiled.isa_report``, with its ``kloop`` and, where
-    counted, the kloop's ``lds`` bank-conflict report)."""
+def gemm_bytes(cfg: KernelConfig, m: int, n: int, k: int) -> int:
+    """Bytes every GEMM moves through HBM at least once: both operands and the output."""
+    return (m * cfg.lhs_format.itemsize + n * cfg.rhs_format.itemsize) * k + m * n * cfg.out_format.itemsize
+
+
+def peak_flops(isa: dict[str, Any]) -> float:
+    """The dense MFMA peak of the config's instruction at the peak clock, FLOP/s."""
+    kl = isa["kloop"]
+    per_mfma = mfma_flops(isa["mfma"]) / (kl["mfma_passes"] / kl["mfma"] * CLOCKS_PER_PASS)
+    return CUS * SIMDS_PER_CU * per_mfma * CLOCK_HZ
+
+
+def predict(cfg: KernelConfig, isa: dict[str, Any], lines: dict[str, Any], m: int, n: int, k: int) -> dict[str, Any]:
+    """The calibrated prediction (``lines``: ``tile_timing.kernel_lines``) beside the static bound."""
+    p = grid_model.predict(lines, m, n, k, gemm_bytes(cfg, m, n, k))
+    static = static_bound(cfg, isa, m, n, k)
+    flops = 2 * m * n * k
+    return {
+        "config": cfg.name,
+        "ms": p["seconds"] * 1e3,
+        "tflops": p["tflops"],
+        "share_of_peak": flops / p["seconds"] / peak_flops(isa),
+        "limiter": p["limiter"],
+        "tiles": p["tiles"],
+        "resident": lines["resident"],
+        "rounds": p["rounds"],
+        "compute_ms": p["compute_s"] * 1e3,
+        "memory_ms": p["hbm_s"] * 1e3,
+        "static": {key: static[key] for key in ("ms", "tflops", "limiter", "iteration_clocks")},
+    }
+
+
+def static_bound(cfg: KernelConfig, isa: dict[str, Any], m: int, n: int, k: int) -> dict[str, Any]:
+    """The static bound for one config (``isa`` its ``compiled.isa_report``, with its ``kloop`` and,
+    where counted, the kloop's ``lds`` bank-conflict report)."""
     kl = isa["kloop"]
     if not kl.get("found") or kl.get("mca_cycles") is None:
         raise ValueError(f"{cfg.name}: no K-loop timing ({kl.get('mca_note') or 'no K loop found'})")
@@ -78,12 +112,10 @@ def predict(cfg: KernelConfig, isa: dict[str, Any], m: int, n: int, k: int) -> d
     tiles = _ceil(m, cfg.tile_m) * _ceil(n, cfg.tile_n)
     rounds = _ceil(tiles, CUS * res)
     compute_s = rounds * _ceil(k, cfg.tile_k) * iter_clocks / CLOCK_HZ
-    nbytes = (m * cfg.lhs_format.itemsize + n * cfg.rhs_format.itemsize) * k + m * n * cfg.out_format.itemsize
-    memory_s = nbytes / HBM_BYTES_PER_S
+    memory_s = gemm_bytes(cfg, m, n, k) / HBM_BYTES_PER_S
     seconds = max(compute_s, memory_s)
     flops = 2 * m * n * k
-    per_mfma = mfma_flops(isa["mfma"]) / (kl["mfma_passes"] / kl["mfma"] * CLOCKS_PER_PASS)
-    peak = CUS * SIMDS_PER_CU * per_mfma * CLOCK_HZ
+    peak = peak_flops(isa)
     if memory_s > compute_s:
         limiter = "memory"
     elif lds_clocks >= max(kl["mca_cycles"], pipe) * CLOCKS_PER_PASS:
@@ -110,10 +142,12 @@ def run(
     shapes: list[Any],
     kinds: list[str],
     report: Callable[[KernelConfig], dict[str, Any]],
+    lines: Callable[[KernelConfig, int], dict[str, Any]],
     progress: Callable[[int, int, str], None] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per (shape, kind, candidate config), ``select``'s pick first and marked; a declined
-    GEMM is one row with the reason. ``report(cfg)`` gives a config's ISA report (with ``kloop``)."""
+    GEMM is one row with the reason. ``report(cfg)`` gives a config's ISA report (with ``kloop``),
+    ``lines(cfg, resident)`` its clock lines (``tile_timing.kernel_lines``)."""
     import torch
 
     from . import bench
@@ -129,7 +163,9 @@ def run(
                 rows.append({**base, "config": None, "declined": str(verdict)})
             else:
                 for i, cfg in enumerate(bench.candidates(p.config, shape.m, shape.n, shape.k)):
-                    rows.append({**base, **predict(cfg, report(cfg), shape.m, shape.n, shape.k), "selected": i == 0})
+                    isa = report(cfg)
+                    timing = lines(cfg, resident(isa, cfg))
+                    rows.append({**base, **predict(cfg, isa, timing, shape.m, shape.n, shape.k), "selected": i == 0})
             done += 1
             if progress is not None:
                 progress(done, total, shape.name)

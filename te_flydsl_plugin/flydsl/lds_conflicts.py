@@ -22,7 +22,7 @@ from .kernels.config import KernelConfig
 K_TILES = 4  # K tiles of the probe launch: the loop runs K_TILES - 1 times (the pipeline peels the last)
 
 
-def _launch_values(cfg: KernelConfig, k: int) -> list[Any]:
+def launch_values(cfg: KernelConfig, k: int) -> list[Any]:
     """Zero operands of one full tile, in the kernel's signature order (as launch.kernarg_values)."""
     import torch
 
@@ -55,7 +55,7 @@ def tile_report(cfg: KernelConfig, arch: str = "gfx950", code_object: bytes | No
     ck = compile_config(cfg, arch)
     co = ck.code_object if code_object is None else code_object
     k = K_TILES * cfg.tile_k
-    values = _launch_values(cfg, k)  # held until the launch ends: the kernarg holds their addresses
+    values = launch_values(cfg, k)  # held until the launch ends: the kernarg holds their addresses
     kernarg = emulator.pack_flydsl_kernarg(co, ck.kernel, values)
     block = (gemm.block_size(cfg), 1, 1)
     rep = emulator.launch(

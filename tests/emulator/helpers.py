@@ -24,6 +24,7 @@ from te_flydsl_plugin.flydsl.emulator.decode import Inst, parse_line
 from te_flydsl_plugin.flydsl.emulator.hazards import HazardTracker
 from te_flydsl_plugin.flydsl.emulator.lds_banks import BankStats
 from te_flydsl_plugin.flydsl.emulator.machine import HostMemory, Wave
+from te_flydsl_plugin.flydsl.emulator.trace import Trace
 
 needs_toolchain = pytest.mark.skipif(
     toolchain.find_ld_lld() is None or toolchain.llvm_tool("llvm-objdump") is None,
@@ -83,7 +84,14 @@ class Program:
     apart from 0x1000; a branch operand counts instructions relative to the one after the branch.
     """
 
-    def __init__(self, asm: str, lds_bytes: int = 0, hazards: str = "raise", banks: BankStats | None = None) -> None:
+    def __init__(
+        self,
+        asm: str,
+        lds_bytes: int = 0,
+        hazards: str = "raise",
+        banks: BankStats | None = None,
+        trace: Trace | None = None,
+    ) -> None:
         lines = [ln.strip() for ln in asm.strip().splitlines() if ln.strip()]
         self.insts = [parse_line(ln, 0x1000 + 8 * i, (0,)) for i, ln in enumerate(lines)]
         for i, inst in enumerate(self.insts):  # here a branch operand counts instructions after the branch
@@ -98,12 +106,15 @@ class Program:
             lds=self.lds,
             hazards=self.tracker,
         )
-        self.steps = emu_run._bind(self.insts, ctx, banks)
+        self.trace = trace
+        self.steps = emu_run._bind(self.insts, ctx, banks, trace)
 
     def run(self, setup: Callable[[Wave], None] | None = None, waves: int = 1) -> list[Wave]:
         """Run the program on ``waves`` waves of one workgroup, scheduled as ``launch`` does: each wave
         runs until ``s_barrier`` (or the end), and the barrier releases when all have reached it."""
         ws = [Wave(i, 512, 256) for i in range(waves)]
+        if self.trace is not None:
+            self.trace.start(self.insts, waves)
         self.tracker.reset_workgroup((0, 0, 0), ws)
         for w in ws:
             w.set_exec((1 << 64) - 1)

@@ -1,9 +1,11 @@
-"""The first, static timing model (flydsl/estimate.py): its invariants on synthetic K-loop reports, and
-the ``estimate`` command on the real family."""
+"""``estimate`` (flydsl/estimate.py): the static K-loop bound's invariants on synthetic K-loop reports,
+and the command on the real family (the calibrated prediction, --json, --plot, matplotlib missing)."""
 
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -28,7 +30,7 @@ def _isa(mca: float, floor: int = 512, lds: float | None = None, vgpr: int = 512
 
 
 def test_at_the_floor_the_mfma_pipe_limits_and_peak_is_reached() -> None:
-    r = estimate.predict(BF16, _isa(512), 8192, 8192, 8192)
+    r = estimate.static_bound(BF16, _isa(512), 8192, 8192, 8192)
     assert r["limiter"] == "MFMA" and r["share_of_peak"] == pytest.approx(1.0)
     # 256 CUs x 4 SIMDs x 16384 FLOP / 16 clocks x 2.4 GHz: MI355X's 2.5 PFLOP/s dense bf16
     assert r["tflops"] == pytest.approx(256 * 4 * 1024 * 2.4e9 / 1e12)
@@ -36,26 +38,26 @@ def test_at_the_floor_the_mfma_pipe_limits_and_peak_is_reached() -> None:
 
 
 def test_a_slower_loop_is_predicted_slower_in_proportion() -> None:
-    fast, slow = (estimate.predict(BF16, _isa(c), 8192, 8192, 8192) for c in (512, 1024))
+    fast, slow = (estimate.static_bound(BF16, _isa(c), 8192, 8192, 8192) for c in (512, 1024))
     assert slow["limiter"] == "issue" and slow["ms"] == pytest.approx(2 * fast["ms"])
 
 
 def test_doubling_k_doubles_a_compute_bound_time_and_tiles_round_up() -> None:
-    a, b = (estimate.predict(BF16, _isa(645), 8192, 8192, k) for k in (4096, 8192))
+    a, b = (estimate.static_bound(BF16, _isa(645), 8192, 8192, k) for k in (4096, 8192))
     assert b["ms"] == pytest.approx(2 * a["ms"])
     # 1025 tiles need a fifth round of 256: the last partial wave of tiles costs a whole one
-    edge = estimate.predict(BF16, _isa(645), 8192 + 1, 8192, 8192)
+    edge = estimate.static_bound(BF16, _isa(645), 8192 + 1, 8192, 8192)
     assert edge["rounds"] == 5 and edge["ms"] == pytest.approx(a["ms"] * 2 * 5 / 4)
 
 
 def test_memory_floor_and_lds_conflicts() -> None:
-    thin = estimate.predict(BF16, _isa(645), 256, 256, 64 * 1024)  # one tile, a long K: HBM floor?
+    thin = estimate.static_bound(BF16, _isa(645), 256, 256, 64 * 1024)  # one tile, a long K: HBM floor?
     assert thin["limiter"] == "issue" and thin["memory_ms"] < thin["compute_ms"]
-    flat = estimate.predict(BF16, _isa(645), 65536, 65536, 64)  # K = one tile: the output dominates
+    flat = estimate.static_bound(BF16, _isa(645), 65536, 65536, 64)  # K = one tile: the output dominates
     assert flat["limiter"] == "memory" and flat["ms"] == pytest.approx(flat["memory_ms"])
     # 4 waves x (48 KiB / 256 + conflicts) LDS clocks against 512 x 4 clocks of MFMA pipe
-    calm = estimate.predict(BF16, _isa(512, lds=0.0), 8192, 8192, 8192)
-    busy = estimate.predict(BF16, _isa(512, lds=400.0), 8192, 8192, 8192)
+    calm = estimate.static_bound(BF16, _isa(512, lds=0.0), 8192, 8192, 8192)
+    busy = estimate.static_bound(BF16, _isa(512, lds=400.0), 8192, 8192, 8192)
     assert calm["limiter"] == "MFMA" and busy["limiter"] == "LDS"
     assert busy["iteration_clocks"] == 4 * (49152 / 256 + 400) and busy["lds_conflicts_counted"]
 
@@ -65,19 +67,36 @@ def test_residency_by_lds_and_registers() -> None:
     assert estimate.resident(_isa(0, vgpr=96, lds_bytes=64 * 1024), small) == 2  # LDS: 160 // 64
     assert estimate.resident(_isa(0, vgpr=200, lds_bytes=64 * 1024), small) == 1  # registers: 2 waves a SIMD
     with pytest.raises(ValueError, match="no K-loop timing"):
-        estimate.predict(BF16, {"kloop": {"found": True, "mca_cycles": None, "mca_note": "no llvm-mca"}}, 1, 1, 1)
+        estimate.static_bound(BF16, {"kloop": {"found": True, "mca_cycles": None, "mca_note": "no llvm-mca"}}, 1, 1, 1)
 
 
 @pytest.mark.compile
 @needs_toolchain
-def test_estimate_cli(capsys: pytest.CaptureFixture[str]) -> None:
-    rc = cli.main(["estimate", "--shape", "4096x2048x1024", "--kinds", "bf16", "--json", "--no-lds"])
-    rows = json.loads(capsys.readouterr().out)["rows"]
-    assert rc == 0 and rows[0]["selected"] and not any(r["selected"] for r in rows[1:])
+def test_estimate_cli(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    png = tmp_path / "e.png"
+    args = ["--shape", "4096x2048x1024", "--kinds", "bf16", "--json", "--no-lds", "--plot", f"{png}"]
+    rc = cli.main(["estimate", *args])
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)
+    rows = data["rows"]
+    assert rc == 0 and data["predicted"] and rows[0]["selected"] and not any(r["selected"] for r in rows[1:])
     assert {r["config"] for r in rows} >= {BF16.name} and all(0 < r["share_of_peak"] <= 1 for r in rows)
+    assert all(r["limiter"] in ("compute", "fabric", "HBM") and r["static"]["tflops"] > 0 for r in rows)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "plotted 1 GEMM(s)" in captured.err
     rc = cli.main(["estimate", "--suite", "llm", "--only", "llama3.1-8b.o.", "--kinds", "fp8"])
     out = capsys.readouterr().out
-    assert rc == 0 and "llama3.1-8b.o.wgrad" in out and "limiter" in out and "*" in out
+    assert rc == 0 and "llama3.1-8b.o.wgrad" in out and "limiter" in out and "*" in out and "predicted" in out
     assert cli.main(["estimate", "--shape", "12x3"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "MxNxK" in err
+
+
+def test_plot_without_matplotlib_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """matplotlib is optional: without it ``--plot`` fails at once, in one line, before any work."""
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    for command in (["estimate", "--shape", "64x64x64"], ["bench", "--suite", "square"]):
+        assert cli.main([*command, "--plot", "x.png"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "pip install 'te-flydsl-plugin[plot]'" in err

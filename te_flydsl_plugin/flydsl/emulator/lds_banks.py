@@ -107,10 +107,10 @@ class BankStats:
     def wrap(self, inst: Inst, step: Callable[[Wave], None]) -> Callable[[Wave], None]:
         """``step`` preceded by counting its bank cycles, for a DS instruction that touches LDS memory;
         ``step`` itself for anything else."""
-        accesses = _accesses(inst)
-        if accesses is None:
+        acc = accesses(inst)
+        if acc is None:
             return step
-        addr_reg, parts = accesses
+        addr_reg, parts = acc
         entry = self.by_address.setdefault(inst.address, InstBanks(inst.opcode))
         model = self.model
 
@@ -142,11 +142,11 @@ class BankStats:
 
 def lane_bytes(inst: Inst) -> int:
     """LDS bytes one lane of a counted DS instruction reads or writes (0 for anything else)."""
-    acc = _accesses(inst)
+    acc = accesses(inst)
     return sum(width for _, width in acc[1]) if acc is not None else 0
 
 
-def _accesses(inst: Inst) -> tuple[int, list[tuple[int, int]]] | None:
+def accesses(inst: Inst) -> tuple[int, list[tuple[int, int]]] | None:
     """(address VGPR, [(byte offset, width), ...]) of a DS instruction that reads or writes LDS memory."""
     op = inst.opcode
     if op in _WIDTH:

@@ -385,16 +385,19 @@ def _branch_exec(inst: Inst, ctx: BindContext) -> Step:
     return step
 
 
+def waitcnt_counts(inst: Inst) -> tuple[int, int]:
+    """(vmcnt, lgkmcnt) of an ``s_waitcnt``: named counters, or the raw gfx9 SIMM16 (vmcnt in bits
+    3:0 and 15:14, lgkmcnt in 11:8); an absent counter is its maximum (no wait)."""
+    if "raw" in inst.modifiers:
+        raw = int(inst.modifiers["raw"], 0)
+        return (raw & 0xF) | ((raw >> 14) & 0x3) << 4, (raw >> 8) & 0xF
+    return inst.mod_int("vmcnt", 63), inst.mod_int("lgkmcnt", 15)
+
+
 @op("s_waitcnt")
 def _waitcnt(inst: Inst, ctx: BindContext) -> Step:
     hz = ctx.hazards
-    if "raw" in inst.modifiers:
-        raw = int(inst.modifiers["raw"], 0)
-        vm = (raw & 0xF) | ((raw >> 14) & 0x3) << 4
-        lgkm = (raw >> 8) & 0xF
-    else:
-        vm = inst.mod_int("vmcnt", 63)
-        lgkm = inst.mod_int("lgkmcnt", 15)
+    vm, lgkm = waitcnt_counts(inst)
     return lambda w: hz.wait(w, vm, lgkm)
 
 

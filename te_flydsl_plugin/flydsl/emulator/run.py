@@ -30,6 +30,7 @@ from .errors import EmulatorError, HazardError
 from .hazards import Hazard, HazardTracker
 from .lds_banks import BankStats
 from .machine import LANES, HostMemory, Wave
+from .trace import Trace
 
 _VGPRS, _AGPRS = 512, 256
 # instructions a wave runs before the next wave's turn (a barrier or the end always ends a turn)
@@ -92,10 +93,12 @@ def _binder_for(opcode: str) -> Binder | None:
     return b
 
 
-def _bind(insts: list[Inst], ctx: BindContext, banks: BankStats | None = None) -> list[Step]:
+def _bind(
+    insts: list[Inst], ctx: BindContext, banks: BankStats | None = None, trace: Trace | None = None
+) -> list[Step]:
     steps: list[Step] = []
     index_mode: tuple[str, ...] = ()  # operands made relative by a preceding s_set_gpr_idx_on
-    for inst in insts:
+    for pc, inst in enumerate(insts):
         binder = _binder_for(inst.opcode)
         if "error" in inst.extra:
             step = _unknown(inst, ctx.kernel, f"undecodable ({inst.extra['error']})")
@@ -113,6 +116,8 @@ def _bind(insts: list[Inst], ctx: BindContext, banks: BankStats | None = None) -
             step = _yielding(step)
         if banks is not None:  # counts the DS instruction's bank cycles from its lane addresses
             step = banks.wrap(inst, step)
+        if trace is not None:  # records the wave, the instruction and its LDS clocks / VMEM bytes
+            step = trace.wrap(pc, inst, step)
         if ctx.hazards.enabled:  # count its wait states and check the s_nop rules before it runs
             step = ctx.hazards.wait_state_step(inst, step)
         steps.append(step)
@@ -200,6 +205,7 @@ def launch(
     hazards: str = "raise",
     lds_banks: bool = False,
     schedule: str = "barrier",
+    trace: Trace | None = None,
 ) -> LaunchReport:
     """Run one kernel of ``code_object`` over ``grid`` workgroups of ``block`` threads, on the CPU.
 
@@ -212,7 +218,8 @@ def launch(
     "barrier" runs each wave until its next ``s_barrier`` (or end) in turn, "interleaved" runs them
     one instruction each in turn, closer to waves that run at once on their own SIMDs: a kernel that
     relies on timing between barriers (a race the hazard report names) computes there what it does
-    on hardware.
+    on hardware. ``trace`` (off by default, so functional runs pay nothing) records what every wave
+    executed, for the timing model (``trace.py``, ``timing.py``).
     """
     if schedule not in _QUANTUM:
         raise EmulatorError(f"schedule must be one of {sorted(_QUANTUM)}, not {schedule!r}")
@@ -222,7 +229,17 @@ def launch(
     gc.disable()
     try:
         return _launch(
-            code_object, kernel, kernarg, grid, block, dynamic_lds, workgroups, hazards, lds_banks, _QUANTUM[schedule]
+            code_object,
+            kernel,
+            kernarg,
+            grid,
+            block,
+            dynamic_lds,
+            workgroups,
+            hazards,
+            lds_banks,
+            _QUANTUM[schedule],
+            trace,
         )
     finally:
         if was_enabled:
@@ -240,6 +257,7 @@ def _launch(
     hazards: str,
     lds_banks: bool,
     quantum: int,
+    trace: Trace | None = None,
 ) -> LaunchReport:
     t0 = time.perf_counter()
     co, text = _load(bytes(code_object))
@@ -267,7 +285,9 @@ def _launch(
         hazards=tracker,
     )
     banks = BankStats() if lds_banks else None
-    steps = _bind(insts, ctx, banks)
+    if trace is not None:
+        trace.start(insts, nwaves)
+    steps = _bind(insts, ctx, banks, trace)
     counts = [0] * len(steps)
     wgs = list(workgroups) if workgroups is not None else list(itertools.product(*(range(g) for g in grid)))
     wgs = [(x, y, z) for x, y, z in ((*tuple(g), 0, 0)[:3] for g in wgs)]
