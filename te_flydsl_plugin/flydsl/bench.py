@@ -191,6 +191,8 @@ def plan_for(shape: Shape, kind: str, device: torch.device, arch: str) -> tuple[
     call = GemmCall(a, shape.layout is Layout.TN, b, shape.layout is Layout.NT, None, None, torch_out,
                     *_epilogue_args(shape, torch_out, device), None, 0, False, False)  # fmt: skip
     problem = host_problem.build(call, host_operands.spec_of(a), host_operands.spec_of(b), arch, device.type)
+    if device.type == "meta":  # a what-if from shapes alone: judged as on one real device (meta is declined)
+        problem = dataclasses.replace(problem, devices=())
     verdict = check.check(problem, "flydsl")
     return verdict, (plan.build(problem, call) if verdict.ok else None)
 

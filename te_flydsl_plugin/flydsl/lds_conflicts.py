@@ -43,7 +43,7 @@ def launch_values(cfg: KernelConfig, k: int) -> list[Any]:
         groups = -(-k // mx_layout.K_PER_WORD)
         words = groups * mx.WORDS_PER_GROUP
         sa, sb = (torch.zeros(-(-r // mx_layout.MFMA_ROWS), words, dtype=torch.int32) for r in (m, n))
-    return launch.kernarg_values(cfg, launch.Launch(out, lhs, rhs, sa, sb, 1.0, 0.0))
+    return launch.kernarg_values(launch.Launch(cfg, out, lhs, rhs, sa, sb, 1.0, 0.0))
 
 
 def tile_report(cfg: KernelConfig, arch: str = "gfx950", code_object: bytes | None = None) -> dict[str, Any]:
