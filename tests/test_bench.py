@@ -8,8 +8,6 @@ MI355X (``-m gfx950``), where it also proves the compiled kernel ran.
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import torch
 
@@ -17,22 +15,9 @@ from te_flydsl_plugin import cli
 from te_flydsl_plugin.flydsl import bench, check, compiled, plan
 from te_flydsl_plugin.flydsl.kernels import select
 from te_flydsl_plugin.flydsl.kernels.config import KernelConfig
-from te_flydsl_plugin.host import operands, problem
-from te_flydsl_plugin.spec import Format, GemmCall, Layout
+from te_flydsl_plugin.spec import Format, Layout
 
 META = torch.device("meta")
-
-
-def _problem(shape: bench.Shape, kind: str):  # type: ignore[no-untyped-def]
-    a_fmt, b_fmt = bench.formats(kind, shape.layout)
-    a_shape, b_shape = problem.operand_shapes(shape.layout, shape.m, shape.n, shape.k)
-    a, b = bench._operand(a_fmt, a_shape, META), bench._operand(b_fmt, b_shape, META)
-    out = operands.torch_dtype_of(bench._OUT[kind])  # what bench.run asks for: TE's activation dtype
-    call = GemmCall(a, shape.layout is Layout.TN, b, shape.layout is Layout.NT, None, None, out,
-                    *bench._epilogue_args(shape, out, META), None, 0, False, False)  # fmt: skip
-    # A what-if on meta tensors (no memory): the problem as it would be on one real device.
-    p = problem.build(call, operands.spec_of(a), operands.spec_of(b), "gfx950", "meta")
-    return dataclasses.replace(p, devices=()), call
 
 
 @pytest.mark.parametrize("kind", list(bench.KINDS))
@@ -42,7 +27,7 @@ def test_every_suite_gemm_runs_on_a_compiled_kernel(suite: str, kind: str) -> No
     assert shapes and len({s.name for s in shapes}) == len(shapes)
     layouts_planned = set()
     for shape in shapes:
-        p, call = _problem(shape, kind)
+        p, call = bench.problem_for(shape, kind, META, "gfx950")  # what bench times, on meta tensors
         assert (p.m, p.n, p.k) == (shape.m, shape.n, shape.k)
         assert p.epilogue == shape.epilogue
         verdict = check.check(p, "flydsl")

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from ..spec import Format, GemmCall, Layout
+from ..spec import Format, GemmCall, GemmProblem, Layout
 from .kernels.config import KernelConfig
 
 # (model, hidden, fused QKV width, FFN width): Llama-3.1-8B / 70B, Qwen2.5-72B, Mistral-7B.
@@ -177,12 +177,11 @@ def require_gfx950() -> None:
         )
 
 
-def plan_for(shape: Shape, kind: str, device: torch.device, arch: str) -> tuple[Any, Any]:
-    """(verdict, plan) of one suite GEMM as TE would call it, with operands on ``device`` (``meta``
-    builds the plan from shapes alone: ``estimate``); the plan is None when ``check`` declines."""
+def problem_for(shape: Shape, kind: str, device: torch.device, arch: str) -> tuple[GemmProblem, GemmCall]:
+    """(problem, call) of one suite GEMM as TE would call it, with operands on ``device`` (``meta``
+    builds it from shapes alone, judged as on one real device: meta tensors are otherwise declined)."""
     from ..host import operands as host_operands
     from ..host import problem as host_problem
-    from . import check, plan
 
     a_fmt, b_fmt = formats(kind, shape.layout)
     a_shape, b_shape = host_problem.operand_shapes(shape.layout, shape.m, shape.n, shape.k)
@@ -191,8 +190,16 @@ def plan_for(shape: Shape, kind: str, device: torch.device, arch: str) -> tuple[
     call = GemmCall(a, shape.layout is Layout.TN, b, shape.layout is Layout.NT, None, None, torch_out,
                     *_epilogue_args(shape, torch_out, device), None, 0, False, False)  # fmt: skip
     problem = host_problem.build(call, host_operands.spec_of(a), host_operands.spec_of(b), arch, device.type)
-    if device.type == "meta":  # a what-if from shapes alone: judged as on one real device (meta is declined)
+    if device.type == "meta":
         problem = dataclasses.replace(problem, devices=())
+    return problem, call
+
+
+def plan_for(shape: Shape, kind: str, device: torch.device, arch: str) -> tuple[Any, Any]:
+    """(verdict, plan) of :func:`problem_for`'s GEMM; the plan is None when ``check`` declines."""
+    from . import check, plan
+
+    problem, call = problem_for(shape, kind, device, arch)
     verdict = check.check(problem, "flydsl")
     return verdict, (plan.build(problem, call) if verdict.ok else None)
 
