@@ -91,6 +91,16 @@ def plan_of(
     )
 
 
+def piece_grid(m: int, n: int, k: int, kc: int) -> tuple[Piece, ...]:
+    """Host-split pieces in M (at 256), N (at 128) and K (every ``kc``): the plan's split on a small GEMM."""
+    return tuple(
+        Piece(m0, m1, n0, n1, k0, min(k0 + kc, k))
+        for m0, m1 in ((0, 256), (256, m))
+        for n0, n1 in ((0, 128), (128, n))
+        for k0 in range(0, k, kc)
+    )
+
+
 def reference(plan: GemmPlan, out_before: torch.Tensor) -> torch.Tensor:
     """``alpha * lhs @ rhs.T + beta * out`` in fp64 from the decoded operands."""
     acc = decoded(plan.lhs).double() @ decoded(plan.rhs).double().t()

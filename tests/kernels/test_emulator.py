@@ -15,7 +15,7 @@ from te_flydsl_plugin.flydsl.kernels.config import KernelConfig
 from te_flydsl_plugin.flydsl.plan_types import Piece
 from te_flydsl_plugin.spec import Format
 
-from .helpers import needs_toolchain, plan_for, reference, tolerance
+from .helpers import needs_toolchain, piece_grid, plan_for, reference, tolerance
 
 pytestmark = [pytest.mark.emulator, needs_toolchain]
 
@@ -69,12 +69,7 @@ def test_host_split_pieces(cfg: KernelConfig) -> None:
     """Pieces in M, N and K: each view's storage offset is its launch's base, K pieces accumulate."""
     m, n, k = 300, 264, 24 * _k_unit(cfg)
     kc = 8 * _k_unit(cfg)
-    pieces = tuple(
-        Piece(m0, m1, n0, n1, k0, min(k0 + kc, k))
-        for m0, m1 in ((0, 256), (256, 300))
-        for n0, n1 in ((0, 128), (128, 264))
-        for k0 in range(0, k, kc)
-    )
+    pieces = piece_grid(m, n, k, kc)
     _run_and_check(cfg, m, n, k, 0.5, 0.25, pieces=pieces)
 
 

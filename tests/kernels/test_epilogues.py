@@ -19,10 +19,10 @@ import torch
 from te_flydsl_plugin.flydsl import compiled, launch
 from te_flydsl_plugin.flydsl.kernels import epilogue
 from te_flydsl_plugin.flydsl.kernels.config import KernelConfig
-from te_flydsl_plugin.flydsl.plan_types import GemmPlan, Piece
+from te_flydsl_plugin.flydsl.plan_types import GemmPlan
 from te_flydsl_plugin.spec import Format
 
-from .helpers import needs_toolchain, outputs, plan_for, run_and_compare, with_epilogue
+from .helpers import needs_toolchain, outputs, piece_grid, plan_for, run_and_compare, with_epilogue
 
 pytestmark = [pytest.mark.emulator, needs_toolchain]
 F = Format
@@ -81,12 +81,7 @@ def test_epilogue_in_host_split_pieces(cfg: KernelConfig) -> None:
     """Pieces in M, N and K: earlier K pieces run the plain twin, the last one the epilogue, once."""
     m, n, k = 304, 264, 24 * _k_unit(cfg)
     kc = 8 * _k_unit(cfg)
-    pieces = tuple(
-        Piece(m0, m1, n0, n1, k0, min(k0 + kc, k))
-        for m0, m1 in ((0, 256), (256, 304))
-        for n0, n1 in ((0, 128), (128, 264))
-        for k0 in range(0, k, kc)
-    )
+    pieces = piece_grid(m, n, k, kc)
     run_and_compare(_plan(cfg, m, n, k, 0.5, 0.25, pieces=pieces))
 
 

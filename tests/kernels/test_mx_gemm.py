@@ -242,6 +242,16 @@ def _gfx950_reason() -> str | None:
     return None if arch.startswith("gfx950") else f"needs gfx950 (MI355X), found {arch}"
 
 
+def _on_gpu(plan: GemmPlan) -> GemmPlan:
+    """The plan with its operands, packed scales and output copied to the GPU."""
+    return dataclasses.replace(
+        plan,
+        lhs=dataclasses.replace(plan.lhs, data=plan.lhs.data.cuda(), mx_scales=plan.lhs.mx_scales.cuda()),
+        rhs=dataclasses.replace(plan.rhs, data=plan.rhs.data.cuda(), mx_scales=plan.rhs.mx_scales.cuda()),
+        out=plan.out.cuda(),
+    )
+
+
 @pytest.mark.gfx950
 @pytest.mark.skipif(_gfx950_reason() is not None, reason=_gfx950_reason() or "")
 @pytest.mark.parametrize("cfg", MX_BACKED, ids=lambda c: c.name)
@@ -249,12 +259,7 @@ def test_mx_on_gfx950(cfg: KernelConfig) -> None:
     """The compiled MX kernel ran on the GPU (launch counter) and matches the reference executor."""
     m, n = (1000 if cfg.lhs_k_major else 1008), (1500 if cfg.rhs_k_major else 1504)  # N/M-major: 16-multiples
     plan = _plan(cfg, m, n, 4128, 1.0, 0.0)
-    dev = dataclasses.replace(
-        plan,
-        lhs=dataclasses.replace(plan.lhs, data=plan.lhs.data.cuda(), mx_scales=plan.lhs.mx_scales.cuda()),
-        rhs=dataclasses.replace(plan.rhs, data=plan.rhs.data.cuda(), mx_scales=plan.rhs.mx_scales.cuda()),
-        out=plan.out.cuda(),
-    )
+    dev = _on_gpu(plan)
     ran = launch.launch_counts["flydsl"]
     launch.execute(dev, "flydsl")
     torch.cuda.synchronize()
@@ -272,10 +277,5 @@ def test_mx_epilogue_on_gfx950(cfg: KernelConfig) -> None:
     """The fused epilogues on MXFP8, on the GPU, against the reference executor (launch counter checked)."""
     m, n = (1000 if cfg.lhs_k_major else 1008), (1500 if cfg.rhs_k_major else 1504)
     plan = _plan(cfg, m, n, 4128, 1.0, 0.0)
-    dev = dataclasses.replace(
-        plan,
-        lhs=dataclasses.replace(plan.lhs, data=plan.lhs.data.cuda(), mx_scales=plan.lhs.mx_scales.cuda()),
-        rhs=dataclasses.replace(plan.rhs, data=plan.rhs.data.cuda(), mx_scales=plan.rhs.mx_scales.cuda()),
-        out=plan.out.cuda(),
-    )
+    dev = _on_gpu(plan)
     run_and_compare(with_epilogue(dev, m + n), "flydsl")
