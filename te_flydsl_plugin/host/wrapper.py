@@ -54,7 +54,7 @@ def wrap_generic_gemm(native: Callable[..., Any]) -> Callable[..., Any]:
         # would bind it (TypeError where TE raises one), read only, and forwarded as it came. Arguments
         # TE 2.20 has not are TE's to judge: such a call is declined (host.signature).
         unknown: tuple[str, ...] = ()
-        if len(args) == 16 and (not kwargs or TAIL_KEYWORDS.issuperset(kwargs)):
+        if len(args) == 16 and kwargs.keys() <= TAIL_KEYWORDS:  # a set view: no set is built
             required, get = args, kwargs.get
         else:
             required, tail, unknown = signature.bind(args, kwargs)
@@ -77,23 +77,15 @@ def wrap_generic_gemm(native: Callable[..., Any]) -> Callable[..., Any]:
         else:
             vb = operands.view(B)
             b0, b1, b2, b3, b4 = operands.key_of(vb), None, None, None, None
-        # D, bias, gelu_in that are not tensors are keyed by type; the problem declines them (SHAPE).
-        if D is None or not isinstance(D, torch.Tensor):
-            d0, d1, d2, d3, d4 = type(D), None, None, None, None
+        # D, bias and gelu_in are keyed only when given (TE passes them rarely): a shorter key hashes and
+        # compares faster. One that is not a tensor is keyed by its type; the problem declines it (SHAPE).
+        if D is None and bias is None and gelu_in is None:
+            rest = None
         else:
-            d0, d1, d2, d3, d4 = D.dtype, D.shape, D.is_contiguous(), D.storage_offset() % _ALIGN, D.device
-        if bias is None or not isinstance(bias, torch.Tensor):
-            c0, c1, c2, c3 = type(bias), None, None, None
-        else:
-            c0, c1, c2, c3 = bias.dtype, bias.shape, bias.is_contiguous(), bias.device
-        if gelu_in is None or not isinstance(gelu_in, torch.Tensor):
-            g0, g1, g2, g3 = type(gelu_in), None, None, None
-        else:
-            g0, g1, g2, g3 = gelu_in.dtype, gelu_in.shape, gelu_in.is_contiguous(), gelu_in.device
+            rest = (_extra_key(D, True), _extra_key(bias, False), _extra_key(gelu_in, False))
         key = (
             a0, a1, a2, a3, a4, b0, b1, b2, b3, b4, transA, transB, output_dtype, gelu, grad, accumulate,
-            quantizer is None, comm is None and ctype is None and extra is None, bulk, alpha, beta,
-            d0, d1, d2, d3, d4, c0, c1, c2, c3, g0, g1, g2, g3,
+            quantizer is None, comm is None and ctype is None and extra is None, bulk, alpha, beta, rest,
         )  # fmt: skip
         if unknown:
             key = (key, unknown)
@@ -115,6 +107,15 @@ def wrap_generic_gemm(native: Callable[..., Any]) -> Callable[..., Any]:
 
     generic_gemm.__te_flydsl_native__ = native  # type: ignore[attr-defined]
     return generic_gemm
+
+
+def _extra_key(t: Any, start: bool) -> Any:
+    """The key of D (``start``: its storage offset counts), bias or gelu_in: what the problem reads of it."""
+    if t is None or not isinstance(t, torch.Tensor):
+        return type(t)
+    if start:
+        return t.dtype, t.shape, t.is_contiguous(), t.storage_offset() % _ALIGN, t.device
+    return t.dtype, t.shape, t.is_contiguous(), t.device
 
 
 def _unknown_reason(unknown: tuple[str, ...]) -> Reason:
