@@ -20,6 +20,7 @@ _EXPORTS = {
     "wrap_generic_gemm": "host.wrapper",
     "Fp8Operand": "operands",
     "MXFP8Operand": "operands",
+    "OutputQuantizer": "operands",
     "install": "host.te",
     "uninstall": "host.te",
     "is_installed": "host.te",
@@ -38,6 +39,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "Fp8Operand",
     "MXFP8Operand",
+    "OutputQuantizer",
     "configure",
     "install",
     "is_installed",

@@ -35,6 +35,8 @@ from .spec import (
 
 FORMAT_CHOICES = [f.value for f in Format if f not in (Format.OTHER, Format.FP8_BLOCK)]
 OUT_CHOICES = ["fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2"]
+# --output-quantizer: scaling-format, the facts an output quantizer descriptor carries (operands.py).
+QUANTIZER_CHOICES = [f"{s}-{f}" for s in ("delayed", "current", "mxfp8") for f in ("e4m3", "e5m2")]
 
 
 class CliError(Exception):
@@ -157,6 +159,17 @@ def cmd_capabilities(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- check
 
 
+def _what_if_quantizer(choice: str | None) -> Any:
+    """The descriptor of ``--output-quantizer SCALING-FORMAT``: facts only, never executed."""
+    if choice is None:
+        return None
+    from .operands import OutputQuantizer
+    from .spec import QuantizerSpec
+
+    scaling, fmt = choice.split("-")
+    return OutputQuantizer(QuantizerSpec(scaling, Format(f"{'mxfp8' if scaling == 'mxfp8' else 'fp8'}_{fmt}")))
+
+
 def problem_from_args(args: argparse.Namespace) -> GemmProblem:
     """A GemmProblem for the CLI's M/N/K (output rows, output columns, reduction) and formats."""
     from .host import problem as _problem
@@ -174,7 +187,7 @@ def problem_from_args(args: argparse.Namespace) -> GemmProblem:
     out_fmt = Format(args.out_dtype)
     call = GemmCall(
         A=None, transA=layout in (Layout.TN, Layout.TT), B=None, transB=layout in (Layout.NT, Layout.TT),
-        D=None, quantizer=object() if args.output_quantizer else None, output_dtype=out_fmt, bias=None,
+        D=None, quantizer=_what_if_quantizer(args.output_quantizer), output_dtype=out_fmt, bias=None,
         bias_type=None, gelu=args.gelu, gelu_in=None, grad=args.grad,
         workspace=None, workspace_size=0, accumulate=args.accumulate, use_split_accumulator=False,
         comm_overlap=object() if args.comm_overlap else None, alpha=args.alpha, beta=args.beta,
@@ -678,10 +691,14 @@ def build_parser() -> argparse.ArgumentParser:
         ("gelu", "fused GELU epilogue (with --grad: dGELU, reading the saved pre-activation)"),
         ("grad", "a backward GEMM (TE's grad flag)"),
         ("accumulate", "D is given and accumulated into"),
-        ("output-quantizer", "an FP8 output quantizer is given"),
         ("comm-overlap", "a communication-overlap object is given"),
     ):
         p.add_argument(f"--{flag}", action="store_true", help=what)
+    p.add_argument(
+        "--output-quantizer",
+        choices=QUANTIZER_CHOICES,
+        help="an output quantizer is given: per-tensor FP8 delayed or current scaling (E4M3 or E5M2), or MXFP8",
+    )
     p.add_argument("--alpha", type=float, default=1.0, help="scale of A x B (default 1)")
     p.add_argument(
         "--beta", type=float, default=None, help="scale of D's old value (default: 1 with --accumulate, else 0)"

@@ -8,11 +8,13 @@ need no descriptor. Each descriptor only holds references: building one copies n
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
-from .spec import Format
+from .spec import Format, QuantizerSpec
 
 # gfx950's FP8 is the OCP encoding: E4M3 "fn" (no infinities) and E5M2, as torch names them.
 FP8_TORCH_DTYPES = {
@@ -139,3 +141,18 @@ class MXFP8Operand:
     def shape(self) -> tuple[int, ...]:
         d = self.rowwise_data if self.rowwise_data is not None else self.columnwise_data
         return tuple(d.shape)  # type: ignore[union-attr]
+
+
+@dataclass(frozen=True)
+class OutputQuantizer:
+    """An output quantizer as the plugin sees it: the facts a backend judges, and how to apply it.
+
+    ``quantize(result, dtype)`` turns the GEMM's unquantized result (``GemmProblem.result_dtype``, the
+    output's shape) into what ``generic_gemm`` returns as D, a quantized tensor of nominal torch ``dtype``
+    (TE's ``output_dtype``), with every side effect the quantizer owns (amax, scale, transpose). The TE
+    seam binds it to TE's own ``tex.quantize``, which TE's ``generic_gemm`` applies on its unfused path.
+    None for a what-if (the CLI's ``check``): such a descriptor is judged, never executed.
+    """
+
+    spec: QuantizerSpec
+    quantize: Callable[[torch.Tensor, torch.dtype], Any] | None = field(default=None, compare=False, repr=False)

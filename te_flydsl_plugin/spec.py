@@ -185,6 +185,26 @@ class OperandSpec:
 
 
 @dataclass(frozen=True)
+class QuantizerSpec:
+    """What a GEMM's output quantizer asks for, as facts (the quantizer itself stays with the call).
+
+    ``scaling``: ``"delayed"`` or ``"current"`` (per-tensor FP8: TE's ``Float8Quantizer`` and
+    ``Float8CurrentScalingQuantizer``), ``"mxfp8"``, or the class name of a quantizer the plugin does not
+    know. ``format``: the quantized format (``OTHER`` when unknown). ``rowwise`` / ``columnwise``: the
+    usages it produces (columnwise is the FP8 transpose).
+    """
+
+    scaling: str
+    format: Format
+    rowwise: bool = True
+    columnwise: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"scaling": self.scaling, "format": self.format.value, "rowwise": self.rowwise,
+                "columnwise": self.columnwise}  # fmt: skip
+
+
+@dataclass(frozen=True)
 class GemmProblem:
     """One GEMM as data: frozen and hashable, so verdicts are cached per distinct problem.
 
@@ -217,7 +237,7 @@ class GemmProblem:
     alpha: float = 1.0
     beta: float = 0.0
     use_split_accumulator: bool = False
-    output_quantizer: bool = False
+    output_quantizer: QuantizerSpec | None = None
     comm_overlap: bool = False
     arch: str = ""
     device_type: str = ""  # where the operands live: "cuda", "cpu", "meta"
@@ -230,6 +250,24 @@ class GemmProblem:
     def batch(self) -> tuple[int, ...]:
         """The output's leading dims beyond the GEMM's rows (batched B keeps them)."""
         return self.out_shape[:-2] if len(self.out_shape) > 2 else ()
+
+    @property
+    def result_dtype(self) -> Format:
+        """The format the GEMM itself produces before an output quantizer quantizes it.
+
+        TE's ``generic_gemm`` (gemm.cpp, 2.20) fuses the quantization into cuBLASLt only for a delayed
+        scaling ``Float8Quantizer`` with a per-tensor FP8 operand: FP8 from the fp32 accumulators, so the
+        result is fp32 here. Every other quantizer (current scaling, MXFP8) quantizes an unquantized
+        output of ``out_dtype``, as TE's unfused path does. Without a quantizer: ``out_dtype``.
+        """
+        return self.result_format(self.output_quantizer, self.a.format, self.b.format, self.out_dtype)
+
+    @staticmethod
+    def result_format(quantizer: QuantizerSpec | None, a: Format, b: Format, out_dtype: Format) -> Format:
+        """:attr:`result_dtype` from its inputs (the problem builder needs it before the problem exists)."""
+        if quantizer is not None and quantizer.scaling == "delayed" and (a.is_fp8 or b.is_fp8):
+            return Format.FP32
+        return out_dtype
 
     @property
     def epilogue(self) -> str:
@@ -270,7 +308,7 @@ class GemmProblem:
             "accumulate": self.accumulate,
             "alpha": self.alpha,
             "beta": self.beta,
-            "output_quantizer": self.output_quantizer,
+            "output_quantizer": None if self.output_quantizer is None else self.output_quantizer.to_dict(),
             "comm_overlap": self.comm_overlap,
             "arch": self.arch,
             "device_type": self.device_type,

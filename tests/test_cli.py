@@ -96,7 +96,7 @@ def test_check_unbacked_fused_epilogue_says_kernel(capsys):
 def test_check_lists_every_reason_with_fields(capsys):
     code, out, _ = run(capsys, "check", "--layout", "TT", "--m", "3", "--n", "5", "--k", "7", "--a-format",
                        "nvfp4", "--b-format", "bf16", "--out-dtype", "fp8_e4m3", "--comm-overlap",
-                       "--output-quantizer", "--json")  # fmt: skip
+                       "--output-quantizer", "mxfp8-e4m3", "--json")  # fmt: skip
     data = json.loads(out)
     assert code == 1 and not data["supported"]
     codes = {(r["code"], r["field"]) for r in data["reasons"]}
@@ -354,8 +354,9 @@ _CHECK_VALUES = {
     "--beta": (["0", "1", "nan", "-inf"], [""]),
     "--arch": (["gfx950", "GFX942", "gfx950:xnack-"], ["bogus", "", "sm_90"]),
     "--executor": (["flydsl", "reference"], ["emulator", "bogus"]),
+    "--output-quantizer": (cli.QUANTIZER_CHOICES, ["delayed", "fp8", ""]),
 }
-_CHECK_FLAGS = ["--bias", "--gelu", "--grad", "--accumulate", "--output-quantizer", "--comm-overlap", "--json"]
+_CHECK_FLAGS = ["--bias", "--gelu", "--grad", "--accumulate", "--comm-overlap", "--json"]
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

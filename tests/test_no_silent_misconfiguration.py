@@ -27,7 +27,7 @@ def test_a_broken_kernel_family_is_an_import_error_not_an_empty_matrix(monkeypat
 
 
 def test_a_broken_tile_heuristic_is_an_import_error_not_default_tiles(monkeypatch):
-    problem = SimpleNamespace(m=300, n=200, k=96, out_dtype=Format.BF16, epilogue="plain")
+    problem = SimpleNamespace(m=300, n=200, k=96, out_dtype=Format.BF16, result_dtype=Format.BF16, epilogue="plain")
     operand = SimpleNamespace(format=Format.BF16, k_major=True)
     assert plan.config_for(problem, operand, operand) == select(plan.KernelConfig(
         Format.BF16, Format.BF16, True, True, Format.BF16, "plain"), 300, 200, 96)  # fmt: skip

@@ -22,8 +22,8 @@ import torch
 
 from te_flydsl_plugin.host import te as seam
 from te_flydsl_plugin.host.operands import Unsupported
-from te_flydsl_plugin.operands import Fp8Operand, MXFP8Operand
-from te_flydsl_plugin.spec import Format, GemmCall
+from te_flydsl_plugin.operands import Fp8Operand, MXFP8Operand, OutputQuantizer
+from te_flydsl_plugin.spec import Format, GemmCall, QuantizerSpec
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "te-seam.md"
 DType = enum.IntEnum(
@@ -87,6 +87,10 @@ def _mx(t: torch.Tensor) -> MXFP8Operand:
     return MXFP8Operand(data, scales, None, None, Format.MXFP8_E4M3)
 
 
+class _Subclass(torch.Tensor):
+    """A tensor subclass standing for TE's quantized ``Float8Tensor`` D."""
+
+
 # probe id -> change to the base call. Shapes stay consistent unless the probe is about shape.
 PROBES: dict[str, Callable[[dict[str, Any]], None]] = {
     "A fp8 per-tensor": lambda c: c.update(A=_fp8(c["A"]), B=_fp8(c["B"])),
@@ -102,6 +106,13 @@ PROBES: dict[str, Callable[[dict[str, Any]], None]] = {
     "D given": lambda c: c.update(D=torch.empty(M, N, dtype=torch.bfloat16)),
     "D wrong dtype": lambda c: c.update(D=torch.empty(M, N, dtype=torch.float16)),
     "quantizer given": lambda c: c.update(quantizer=object()),
+    "quantizer current FP8": lambda c: c.update(
+        quantizer=OutputQuantizer(QuantizerSpec("current", Format.FP8_E4M3), lambda r, dtype: ("quantized", r, dtype))
+    ),
+    "quantizer mxfp8": lambda c: c.update(
+        quantizer=OutputQuantizer(QuantizerSpec("mxfp8", Format.MXFP8_E4M3), lambda r, dtype: None)
+    ),
+    "D a tensor subclass": lambda c: c.update(D=torch.empty(M, N, dtype=torch.bfloat16).as_subclass(_Subclass)),
     "output fp8": lambda c: c.update(output_dtype=DType.kFloat8E4M3),
     "output None, no D": lambda c: c.update(output_dtype=None),
     "bias [N]": lambda c: c.update(bias=torch.randn(N, dtype=torch.bfloat16)),

@@ -95,8 +95,30 @@ def check(problem: GemmProblem, executor: str, caps: Capabilities | None = None)
                 f"bias has {p.bias_numel} elements, {epi} needs {_expected_bias_numel(p)}",
                 "bias",
             )
-    if p.output_quantizer:
-        no(ReasonCode.FEATURE, "output quantization (quantizer given) is not supported", "quantizer")
+    q = p.output_quantizer
+    if q is not None:
+        if q.scaling == "mxfp8":
+            no(ReasonCode.FEATURE, matrix.MXFP8_OUTPUT_DECLINED, "quantizer")
+        elif q.scaling not in matrix.OUTPUT_QUANTIZERS or not q.format.is_fp8:
+            no(
+                ReasonCode.FEATURE,
+                f"output quantizer {q.scaling} ({q.format.value}) is not supported; per-tensor FP8 "
+                f"{' and '.join(matrix.OUTPUT_QUANTIZERS)} scaling are",
+                "quantizer",
+            )
+        if p.out_given:
+            no(
+                ReasonCode.FEATURE,
+                "a given D with an output quantizer (quantized in place) is unsupported",
+                "quantizer",
+            )
+        if p.grad and p.bias:
+            no(
+                ReasonCode.FEATURE,
+                "a bias gradient with an output quantizer is not supported (TE gives it the dtype of a "
+                "quantized output)",
+                "quantizer",
+            )
     if p.comm_overlap:
         no(
             ReasonCode.FEATURE,
@@ -107,17 +129,18 @@ def check(problem: GemmProblem, executor: str, caps: Capabilities | None = None)
     if row is not None and p.layout is not Layout.TT:
         _check_shape(p, row.k_multiple, no)
         _check_storage(p, no)
-        if executor in COMPILED_EXECUTORS and not why and not row.is_backed(p.layout, p.out_dtype, epi):
+        # With an output quantizer the kernel writes the unquantized result (GemmProblem.result_dtype).
+        res = p.result_dtype
+        if executor in COMPILED_EXECUTORS and not why and not row.is_backed(p.layout, res, epi):
             no(
                 ReasonCode.KERNEL,
-                f"no compiled gfx950 kernel backs {row.kernel} {p.layout.value} -> {p.out_dtype.value} "
-                f"with epilogue {epi} yet",
+                f"no compiled gfx950 kernel backs {row.kernel} {p.layout.value} -> {res.value} with epilogue {epi} yet",
                 "kernel",
             )
-        if executor in COMPILED_EXECUTORS and p.gelu and p.aux_dtype not in (None, p.out_dtype):
+        if executor in COMPILED_EXECUTORS and p.gelu and p.aux_dtype not in (None, res):
             no(
                 ReasonCode.KERNEL,
-                f"the compiled kernels keep the GELU pre-activation in the output dtype ({p.out_dtype.value}); "
+                f"the compiled kernels keep the GELU pre-activation in the output dtype ({res.value}); "
                 f"this one is {p.aux_dtype.value}",
                 "gelu_in",
             )

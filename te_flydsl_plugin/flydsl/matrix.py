@@ -18,6 +18,13 @@ MAX_LAUNCH_BYTES = 2**31 - 1
 MAX_DIM = 2**31 - 1
 OUT_FORMATS = (Format.FP32, Format.BF16, Format.FP16)
 BIAS_FORMATS = (Format.FP32, Format.BF16, Format.FP16)
+# Output quantizers executed (GemmProblem.output_quantizer.scaling): per-tensor FP8, applied by TE's own
+# quantizer to the GEMM's unquantized result (GemmProblem.result_dtype).
+OUTPUT_QUANTIZERS = ("delayed", "current")
+MXFP8_OUTPUT_DECLINED = (
+    "MXFP8 output quantization is declined: NVIDIA TE quantizes MXFP8 only on compute capability 10.0 and "
+    "newer, so the H200 where the plugin meets TE cannot check that path"
+)
 
 # Which layouts each fused epilogue is defined for: where TE requests it.
 EPILOGUE_LAYOUTS: dict[str, tuple[Layout, ...]] = {
@@ -129,7 +136,13 @@ RULES: tuple[tuple[str, str], ...] = (
         f"fp32, bf16, fp16; D given or allocated; a given D must be contiguous and start on a multiple of "
         f"{OUT_VEC} elements",
     ),
-    ("output quantizer", "not supported: declined (TE quantizes the output natively)"),
+    (
+        "output quantizer",
+        f"per-tensor FP8 ({', '.join(OUTPUT_QUANTIZERS)} scaling): the GEMM writes the unquantized result "
+        "(fp32 for delayed scaling with an FP8 operand, where TE fuses the cast into cuBLASLt; else the output "
+        "dtype, TE's unfused path) and TE's own quantizer (tex.quantize) quantizes it on the same stream: amax, "
+        "scale, transpose as the quantizer asks; not with a given D or a bias gradient. MXFP8: declined",
+    ),
     ("comm overlap", "not supported: declined (comm_overlap, comm_type, extra_output, bulk_overlap)"),
     ("use_split_accumulator", "honoured: kernels always accumulate in fp32 across the whole K"),
     ("workspace", "not needed: FlyDSL kernels use no cuBLAS workspace"),

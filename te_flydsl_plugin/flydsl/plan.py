@@ -127,7 +127,7 @@ def split(
 
 def config_for(problem: GemmProblem, lhs: KernelOperand, rhs: KernelOperand) -> KernelConfig:
     """The kernel config a plan uses: tiles by the kernel family's heuristic (kernels/select.py)."""
-    cfg = KernelConfig(lhs.format, rhs.format, lhs.k_major, rhs.k_major, problem.out_dtype, problem.epilogue)
+    cfg = KernelConfig(lhs.format, rhs.format, lhs.k_major, rhs.k_major, problem.result_dtype, problem.epilogue)
     return select(cfg, problem.m, problem.n, problem.k)
 
 
@@ -145,7 +145,7 @@ def build(
     p = problem
     rhs = operand(call.A, p.layout, True, p.n, p.k, pack)
     lhs = operand(call.B, p.layout, False, p.m, p.k, pack)
-    out_dtype = torch_dtype_of(p.out_dtype)
+    out_dtype = torch_dtype_of(p.result_dtype)  # the unquantized result when an output quantizer is given
     device = lhs.data.device
     d = call.D if call.D is not None else torch.empty(p.out_shape, dtype=out_dtype, device=device)
     out = d.view(p.m, p.n)
@@ -179,6 +179,8 @@ def results(plan: GemmPlan, call: GemmCall) -> list[Any]:
     """What ``generic_gemm`` returns: ``[D, bias_grad, gelu_input, extra_output]``."""
     p = plan.problem
     d = call.D if call.D is not None else plan.out.view(p.out_shape)
+    if call.quantizer is not None:  # check() accepted it: no given D, a descriptor that can quantize
+        d = call.quantizer.quantize(d, torch_dtype_of(p.out_dtype))
     # TE returns the pre-activation for fprop GELU only; dGELU reads gelu_in and returns None there.
     gelu_input = plan.gelu_aux.view(p.out_shape) if p.gelu and not p.grad else None
     return [d, plan.bias_grad, gelu_input, None]

@@ -15,8 +15,8 @@ from typing import Any, NamedTuple
 
 import torch
 
-from ..operands import Fp8Operand, InvalidOperand, MXFP8Operand
-from ..spec import Format, OperandSpec
+from ..operands import Fp8Operand, InvalidOperand, MXFP8Operand, OutputQuantizer
+from ..spec import Format, OperandSpec, QuantizerSpec
 
 
 class Unsupported(NamedTuple):
@@ -46,7 +46,7 @@ def _identity(x: Any) -> View:
     return x
 
 
-for _cls in (torch.Tensor, torch.nn.Parameter, Fp8Operand, MXFP8Operand, Unsupported):
+for _cls in (torch.Tensor, torch.nn.Parameter, Fp8Operand, MXFP8Operand, OutputQuantizer, Unsupported):
     _converters[_cls] = _identity
 
 
@@ -165,6 +165,20 @@ def spec_of(v: View) -> OperandSpec:
             devices=devices_of(*stores, v.rowwise_scale_inv, v.columnwise_scale_inv),
         )
     return OperandSpec(v.format, tuple(v.shape), rowwise=False, detail=v.detail)
+
+
+def quantizer_of(q: Any, executable: bool = False) -> OutputQuantizer | None:
+    """The descriptor of an output quantizer (None for none), through the same converters as operands:
+    a class no seam registered becomes a descriptor naming it, which backends decline. ``executable``
+    (a real call, not a what-if): a descriptor without a ``quantize`` function is declined the same way."""
+    if q is None:
+        return None
+    v = view(q)
+    if isinstance(v, OutputQuantizer):
+        if executable and v.quantize is None:
+            return OutputQuantizer(QuantizerSpec(f"{v.spec.scaling} without a quantize function", Format.OTHER))
+        return v
+    return OutputQuantizer(QuantizerSpec(f"unrecognised {type(q).__module__}.{type(q).__qualname__}", Format.OTHER))
 
 
 def _tensor_key(t: torch.Tensor | None) -> tuple[Any, ...] | None:

@@ -23,6 +23,8 @@ import torch
 from ..spec import Format, GemmCall, GemmProblem, Layout, OperandSpec
 from . import operands
 
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
 
 def _split(shape: tuple[int, ...]) -> tuple[int, int]:
     """(rows, cols) of an operand flattened to 2-D: all leading dims form the rows."""
@@ -67,24 +69,30 @@ def _present(t: Any) -> bool:
 
 
 def _not_tensors(call: GemmCall) -> dict[str, Any]:
-    """D, bias, gelu_in given as something other than a tensor; alpha, beta that are not numbers."""
+    """D, bias, gelu_in given as something other than a tensor; alpha, beta that are not numbers; a D
+    that is a tensor subclass (TE's quantized ``Float8Tensor`` D): its bytes are not its values, so the
+    backend never writes into it."""
     odd = {k: v for k, v in (("D", call.D), ("bias", call.bias), ("gelu_in", call.gelu_in))
            if v is not None and not isinstance(v, torch.Tensor)}  # fmt: skip
+    if call.D is not None and isinstance(call.D, torch.Tensor) and type(call.D) not in _PLAIN:
+        odd["D"] = call.D
     for k, v in (("alpha", call.alpha), ("beta", call.beta)):
         if v is not None and not isinstance(v, (int, float)):
             odd[k] = v
     return odd
 
 
-def _aux_format(call: GemmCall, out_dtype: Format) -> Format | None:
+def _aux_format(call: GemmCall, low_precision: bool, result: Format) -> Format | None:
     """The GELU pre-activation's format: ``gelu_in``'s when given (dGELU reads it), else the one the
-    backend allocates, as TE does: ``bias_type`` when that is a float type, else the output's."""
+    backend allocates, as TE's gemm.cpp (2.20) does: ``bias_type`` when an operand is FP8 or MXFP8
+    (``low_precision``), else the unquantized output's (``result``). A ``bias_type`` that is no
+    float type falls back to the output's."""
     if not call.gelu:
         return None
     if call.grad and isinstance(call.gelu_in, torch.Tensor):  # forward GELU ignores a given gelu_in
         return operands.format_of_dtype(call.gelu_in.dtype)
-    fmt = operands.format_of_dtype(call.bias_type)
-    return fmt if operands.torch_dtype_of(fmt) is not None else out_dtype
+    fmt = operands.format_of_dtype(call.bias_type) if low_precision else result
+    return fmt if operands.torch_dtype_of(fmt) is not None else result
 
 
 def build(call: GemmCall, a_spec: OperandSpec, b_spec: OperandSpec, arch: str, device_type: str = "") -> GemmProblem:
@@ -128,6 +136,8 @@ def build(call: GemmCall, a_spec: OperandSpec, b_spec: OperandSpec, arch: str, d
     if aux is not None and tuple(aux.shape) != out_shape:
         errors.append(f"gelu_in {tuple(aux.shape)} is not the {out_shape} pre-activation")
     devices = {*a_spec.devices, *b_spec.devices, *operands.devices_of(d, call.bias, aux)}
+    quant = None if call.quantizer is None else operands.quantizer_of(call.quantizer).spec
+    result = GemmProblem.result_format(quant, a_spec.format, b_spec.format, out_dtype)
     return GemmProblem(
         layout=layout,
         m=m,
@@ -146,13 +156,13 @@ def build(call: GemmCall, a_spec: OperandSpec, b_spec: OperandSpec, arch: str, d
         bias_numel=call.bias.numel() if has_bias else 0,
         epilogue_contiguous=all(t.is_contiguous() for t in (call.bias if has_bias else None, aux) if t is not None),
         gelu=bool(call.gelu),
-        aux_dtype=_aux_format(call, out_dtype),
+        aux_dtype=_aux_format(call, any(f.is_fp8 or f.is_mx for f in (a_spec.format, b_spec.format)), result),
         grad=bool(call.grad),
         accumulate=bool(call.accumulate),
         alpha=float(call.alpha),
         beta=beta,
         use_split_accumulator=bool(call.use_split_accumulator),
-        output_quantizer=call.quantizer is not None,
+        output_quantizer=quant,
         comm_overlap=(
             call.comm_overlap is not None
             or call.comm_type is not None

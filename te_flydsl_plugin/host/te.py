@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from ..operands import Fp8Operand, MXFP8Operand
-from ..spec import Format
+from ..operands import Fp8Operand, MXFP8Operand, OutputQuantizer
+from ..spec import Format, QuantizerSpec
 from . import operands
 
 TEX_MODULE = "transformer_engine_torch"
@@ -103,6 +103,16 @@ _UNSUPPORTED_CLASSES: tuple[tuple[str, str, Format, str], ...] = (
         Format.OTHER,
         "quantized tensor class the plugin does not know",
     ),
+)
+
+
+# TE's quantizer classes -> what they do; the base class last, as the catch-all for quantizers the plugin
+# does not model (block scaling, NVFP4, later ones), which become descriptors naming the class.
+_QUANTIZER_CLASSES: tuple[tuple[str, str, str | None], ...] = (
+    ("transformer_engine.pytorch.tensor.float8_tensor", "Float8Quantizer", "delayed"),
+    ("transformer_engine.pytorch.tensor.float8_tensor", "Float8CurrentScalingQuantizer", "current"),
+    ("transformer_engine.pytorch.tensor.mxfp8_tensor", "MXFP8Quantizer", "mxfp8"),
+    ("transformer_engine.pytorch.quantized_tensor", "Quantizer", None),
 )
 
 
@@ -193,6 +203,39 @@ def make_unsupported_view(fmt: Format, why: str) -> Callable[[Any], operands.Vie
     return unsupported_view
 
 
+def make_quantizer_view(
+    tex: ModuleType, fp8_formats: dict[int, Format], scaling: str | None
+) -> Callable[[Any], OutputQuantizer]:
+    """The adapter for one of TE's quantizer classes: ``scaling`` names what it does ("delayed",
+    "current", "mxfp8"; None for a class the plugin does not know, named in the descriptor).
+
+    The descriptor's ``quantize(result, dtype)`` does what TE's ``generic_gemm`` does on its unfused path
+    (gemm.cpp, 2.20): the output made by the quantizer with the nominal ``dtype``
+    (``Quantizer.make_empty``, i.e. ``create_tensor``), then ``tex.quantize(result, quantizer, out)``,
+    which computes amax and scale as the quantizer's recipe says and writes the transpose it asks for.
+    """
+
+    def quantizer_view(q: Any) -> OutputQuantizer:
+        fp8 = fp8_formats.get(int(q.dtype)) if scaling is not None else None
+        if fp8 is None:
+            what = scaling or "unrecognised"
+            return OutputQuantizer(QuantizerSpec(f"{what} {_class_name(q)}", Format.OTHER))
+        spec = QuantizerSpec(
+            scaling,  # type: ignore[arg-type]
+            _FP8_TO_MX[fp8] if scaling == "mxfp8" else fp8,
+            rowwise=bool(q.rowwise_usage),
+            columnwise=bool(q.columnwise_usage),
+        )
+
+        def quantize(result: Any, dtype: Any) -> Any:
+            out = q.make_empty(result.shape, dtype=dtype, device=result.device)
+            return tex.quantize(result, q, out)
+
+        return OutputQuantizer(spec, quantize)
+
+    return quantizer_view
+
+
 def register_dtypes(*enums: Any) -> dict[int, Format]:
     """Register every member of TE's DType enums; return the FP8 members' integer values -> format.
 
@@ -239,6 +282,7 @@ def register_te_types(tex: ModuleType) -> list[str]:
             make_mxfp8_view(fp8_formats),
         ),
         *((m, n, make_unsupported_view(f, why)) for m, n, f, why in _UNSUPPORTED_CLASSES),
+        *((m, n, make_quantizer_view(tex, fp8_formats, scaling)) for m, n, scaling in _QUANTIZER_CLASSES),
     ):
         cls = _optional(module, name)
         if cls is not None:

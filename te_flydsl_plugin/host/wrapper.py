@@ -63,8 +63,8 @@ def wrap_generic_gemm(native: Callable[..., Any]) -> Callable[..., Any]:
         comm, ctype, extra = get("comm_overlap"), get("comm_type"), get("extra_output")
         bulk, alpha, beta = get("bulk_overlap", False), get("alpha", 1.0), get("beta")
         # The key holds everything a verdict depends on: per tensor dtype, shape, contiguity, start
-        # (storage offset modulo _ALIGN) and device; the flags. One flat tuple of locals: building,
-        # hashing and comparing it is the hot path's cost, nested tuples or unpacking would add to it.
+        # (storage offset modulo _ALIGN) and device; the flags. A and B are flat fields of one tuple:
+        # building, hashing and comparing it is the hot path's cost, and nesting would add to it.
         if type(A) in _PLAIN:
             va = A
             a0, a1, a2, a3, a4 = A.dtype, A.shape, A.is_contiguous(), A.storage_offset() % _ALIGN, A.device
@@ -77,6 +77,8 @@ def wrap_generic_gemm(native: Callable[..., Any]) -> Callable[..., Any]:
         else:
             vb = operands.view(B)
             b0, b1, b2, b3, b4 = operands.key_of(vb), None, None, None, None
+        # An output quantizer is keyed by its facts (the TE seam's converter reads them; quantized calls only).
+        vq = None if quantizer is None else operands.quantizer_of(quantizer, executable=True)
         # D, bias and gelu_in are keyed only when given (TE passes them rarely): a shorter key hashes and
         # compares faster. One that is not a tensor is keyed by its type; the problem declines it (SHAPE).
         if D is None and bias is None and gelu_in is None:
@@ -85,7 +87,7 @@ def wrap_generic_gemm(native: Callable[..., Any]) -> Callable[..., Any]:
             rest = (_extra_key(D, True), _extra_key(bias, False), _extra_key(gelu_in, False))
         key = (
             a0, a1, a2, a3, a4, b0, b1, b2, b3, b4, transA, transB, output_dtype, gelu, grad, accumulate,
-            quantizer is None, comm is None and ctype is None and extra is None, bulk, alpha, beta, rest,
+            None if vq is None else vq.spec, comm is None and ctype is None and extra is None, bulk, alpha, beta, rest,
         )  # fmt: skip
         if unknown:
             key = (key, unknown)
@@ -93,11 +95,12 @@ def wrap_generic_gemm(native: Callable[..., Any]) -> Callable[..., Any]:
         if decision is None:
             dev = _device(vb)
             arch = d.settings.target_arch or arch_of(*dev)
-            call = _call(va, vb, required, (comm, ctype, extra, bulk, alpha, beta))
+            call = _call(va, vb, vq, required, (comm, ctype, extra, bulk, alpha, beta))
             p = problem.build(call, operands.spec_of(va), operands.spec_of(vb), arch, dev[0])
             decision = d.decide(key, p, _unknown_reason(unknown) if unknown else None)
         if decision.ok:
-            out = d.backend.run(decision.problem, _call(va, vb, required, (comm, ctype, extra, bulk, alpha, beta)))
+            call = _call(va, vb, vq, required, (comm, ctype, extra, bulk, alpha, beta))
+            out = d.backend.run(decision.problem, call)
             decision.tally.hit()
             return out
         decision.tally.hit()
@@ -110,8 +113,9 @@ def wrap_generic_gemm(native: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _extra_key(t: Any, start: bool) -> Any:
-    """The key of D (``start``: its storage offset counts), bias or gelu_in: what the problem reads of it."""
-    if t is None or not isinstance(t, torch.Tensor):
+    """The key of D (``start``: its storage offset counts), bias or gelu_in: what the problem reads of it.
+    None, a non-tensor or a tensor subclass (a quantized D) is keyed by its type; the problem declines it."""
+    if type(t) not in _PLAIN:
         return type(t)
     if start:
         return t.dtype, t.shape, t.is_contiguous(), t.storage_offset() % _ALIGN, t.device
@@ -127,15 +131,15 @@ def _unknown_reason(unknown: tuple[str, ...]) -> Reason:
     )
 
 
-def _call(va: Any, vb: Any, args: tuple[Any, ...], tail: tuple[Any, ...]) -> GemmCall:
-    """The call as data; A and B are operand views (``host/operands.py``)."""
+def _call(va: Any, vb: Any, vq: Any, args: tuple[Any, ...], tail: tuple[Any, ...]) -> GemmCall:
+    """The call as data; A and B are operand views, the quantizer its descriptor (``host/operands.py``)."""
     (
         _,
         transA,
         _,
         transB,
         D,
-        quantizer,
+        _,
         output_dtype,
         bias,
         bias_type,
@@ -147,5 +151,5 @@ def _call(va: Any, vb: Any, args: tuple[Any, ...], tail: tuple[Any, ...]) -> Gem
         acc,
         split,
     ) = args
-    return GemmCall(va, bool(transA), vb, bool(transB), D, quantizer, output_dtype, bias, bias_type, bool(gelu),
+    return GemmCall(va, bool(transA), vb, bool(transB), D, vq, output_dtype, bias, bias_type, bool(gelu),
                     gelu_in, bool(grad), ws, ws_size, bool(acc), bool(split), *tail)  # fmt: skip
