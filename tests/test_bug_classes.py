@@ -227,3 +227,31 @@ def test_split_pieces_compute_the_same_result(layout, epi):
     assert_close(plan.out, want, Format.FP32)
     if epi == "bgrad":
         assert_close(plan.bias_grad, b.double().sum(0), Format.FP32, "bias_grad")
+
+
+@pytest.mark.parametrize(
+    ("operands_fp8", "out_dtype", "quantizer", "want"),
+    [
+        (False, torch.float32, None, Format.FP32),  # bf16 operands: the output's dtype, not bias_type's
+        (True, torch.float32, None, Format.BF16),  # FP8 operands: bias_type (bf16 here)
+        (False, torch.bfloat16, "current", Format.BF16),  # unfused quantization: the unquantised output's
+        (True, torch.bfloat16, "delayed", Format.BF16),  # fused (cuBLASLt): bias_type
+    ],
+)
+def test_gelu_pre_activation_has_tes_dtype(operands_fp8, out_dtype, quantizer, want):
+    """TE's gemm.cpp (2.20): ``gelu_type = low_precision ? bias_type : out_tensor.dtype()``."""
+    from te_flydsl_plugin.operands import OutputQuantizer
+    from te_flydsl_plugin.spec import QuantizerSpec
+
+    from .gemm_cases import make_fp8
+
+    gen = torch.Generator().manual_seed(2)
+    a, b = torch.randn(24, 64, generator=gen), torch.randn(40, 64, generator=gen)
+    if operands_fp8:
+        a, b = make_fp8(a, Format.FP8_E4M3)[0], make_fp8(b, Format.FP8_E4M3)[0]
+    else:
+        a, b = a.bfloat16(), b.bfloat16()
+    q = None if quantizer is None else OutputQuantizer(QuantizerSpec(quantizer, Format.FP8_E4M3))
+    c = GemmCall(a, True, b, False, None, q, out_dtype, None, torch.bfloat16, True, None, False, None, 0, False, False)
+    p = problem.build(c, operands.spec_of(a), operands.spec_of(b), "gfx950", "cpu")
+    assert p.aux_dtype is want
