@@ -19,6 +19,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from . import llvm
 from .spec import (
     Capabilities,
     CapabilityRow,
@@ -272,7 +273,6 @@ def doctor_report() -> dict[str, Any]:
 
     import torch
 
-    from .flydsl import toolchain
     from .host import dispatch, registry
     from .host.device import current_arch
 
@@ -312,8 +312,8 @@ def doctor_report() -> dict[str, Any]:
         if p.error:
             problems.append({"problem": f"plugin {p.name!r} failed to load: {p.error}",
                              "fix": f"reinstall or uninstall {p.distribution or p.value}"})  # fmt: skip
-    lld = toolchain.find_ld_lld()
-    objdump = toolchain.llvm_tool("llvm-objdump")
+    lld = llvm.find_ld_lld()
+    objdump = llvm.llvm_tool("llvm-objdump")
     if lld is None:
         problems.append({"problem": "no ld.lld >= 18: gfx950 code cannot be compiled here",
                          "fix": "apt-get install lld-22 (or install ROCm)"})  # fmt: skip
@@ -409,14 +409,14 @@ def cmd_precompile(args: argparse.Namespace) -> int:
         from .flydsl import compiled
     except ImportError as exc:
         raise CliError(f"the kernel family cannot be loaded: {exc}") from exc
-    from .flydsl import matrix, toolchain
+    from .flydsl import matrix
     from .host import archs
 
     try:
         archs.require(args.arch, matrix.ARCHS)
     except archs.ArchError as exc:
         raise CliError(f"--arch: {exc}") from None
-    if toolchain.find_ld_lld() is None:
+    if llvm.find_ld_lld() is None:
         raise CliError("no ld.lld >= 18 found: apt-get install lld-22 (or install ROCm)")
     configs = tuple(c for c in compiled.BACKED if args.only in c.name)
     if not configs:
@@ -440,7 +440,7 @@ def cmd_precompile(args: argparse.Namespace) -> int:
             for i, (cfg, row) in enumerate(zip(configs, rows, strict=True)):
                 progress(i + 1, len(rows), {"config": f"LDS banks: {cfg.name}"})
                 row["kloop"]["lds"] = lds_conflicts.tile_report(cfg, args.arch)
-    except toolchain.ToolchainError as exc:
+    except llvm.ToolchainError as exc:
         raise CliError(str(exc)) from exc
     if tty:
         print(file=sys.stderr)
@@ -587,7 +587,6 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         from .flydsl import bench, compiled, estimate, tile_timing
     except ImportError as exc:
         raise CliError(f"the kernel family cannot be loaded: {exc}") from exc
-    from .flydsl import toolchain
 
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
     unknown = sorted(set(kinds) - set(bench.KINDS))
@@ -600,7 +599,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         if not shapes:
             raise CliError(f"no shape of the {args.suite} suite contains {args.only!r}")
     _check_plot(args.plot)
-    if toolchain.find_ld_lld() is None:
+    if llvm.find_ld_lld() is None:
         raise CliError("no ld.lld >= 18 found: apt-get install lld-22 (or install ROCm)")
     tty = sys.stderr.isatty() and not args.json
     reports: dict[Any, dict[str, Any]] = {}
@@ -625,7 +624,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 
     try:
         rows = estimate.run(shapes, kinds, report, lines_of, progress if tty or args.progress else None)
-    except toolchain.ToolchainError as exc:
+    except llvm.ToolchainError as exc:
         raise CliError(str(exc)) from exc
     if tty or args.progress:
         print(file=sys.stderr)

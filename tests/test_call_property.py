@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import te_flydsl_plugin as tp
-from te_flydsl_plugin import Fp8Operand, MXFP8Operand
+from te_flydsl_plugin import Fp8Operand, MXFP8Operand, llvm
 from te_flydsl_plugin.host import dispatch, operands
 from te_flydsl_plugin.spec import Format, Layout
 
@@ -329,9 +329,8 @@ def test_reference_executor_holds_the_call_contract(executor_dispatcher, native,
 @settings(max_examples=12, deadline=None, suppress_health_check=_QUIET, derandomize=True)
 @given(case=calls(emulator=True))
 def test_emulator_executor_holds_the_call_contract(executor_dispatcher, native, case):
-    from te_flydsl_plugin.flydsl import toolchain
 
-    if toolchain.find_ld_lld() is None:
+    if llvm.find_ld_lld() is None:
         pytest.skip("no ld.lld >= 18: gfx950 code cannot be compiled")
     event(_hold_contract(case, native))
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from te_flydsl_plugin import cli
+from te_flydsl_plugin import cli, llvm
 from te_flydsl_plugin.flydsl import matrix
 
 DOCS = pathlib.Path(__file__).resolve().parents[1] / "docs" / "capabilities.md"
@@ -304,7 +304,7 @@ def test_capabilities_text_says_which_combinations_are_backed_and_how_kernels_ar
 
 
 def test_precompile_through_a_pipe_reports_progress_on_stderr(capsys, monkeypatch):
-    from te_flydsl_plugin.flydsl import compiled, toolchain
+    from te_flydsl_plugin.flydsl import compiled
 
     def report(cfg, arch):
         return {"config": cfg.name, "mfma": "m", "mfma_count": 1, "vgpr": 1, "agpr": 0, "agpr_accumulators": 0,
@@ -313,7 +313,7 @@ def test_precompile_through_a_pipe_reports_progress_on_stderr(capsys, monkeypatc
                 "plain_twin": cfg.name}  # fmt: skip
 
     monkeypatch.setattr(compiled, "isa_report", report)
-    monkeypatch.setattr(toolchain, "find_ld_lld", lambda: "/usr/bin/ld.lld")
+    monkeypatch.setattr(llvm, "find_ld_lld", lambda: "/usr/bin/ld.lld")
     total = len(compiled.BACKED)
     for json_flag in ([], ["--json"]):
         code, out, err = run(capsys, "precompile", *json_flag)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import te_flydsl_plugin as tp
-from te_flydsl_plugin.flydsl import toolchain
+from te_flydsl_plugin import llvm
 from te_flydsl_plugin.host import dispatch
 from te_flydsl_plugin.spec import Format, Layout
 
@@ -19,7 +19,7 @@ from .gemm_cases import make_operand, shapes
 
 pytestmark = [
     pytest.mark.emulator,
-    pytest.mark.skipif(toolchain.find_ld_lld() is None, reason="no ld.lld >= 18: gfx950 code cannot be compiled"),
+    pytest.mark.skipif(llvm.find_ld_lld() is None, reason="no ld.lld >= 18: gfx950 code cannot be compiled"),
 ]
 
 CASES = [

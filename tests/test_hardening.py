@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import te_flydsl_plugin as tp
+from te_flydsl_plugin import llvm
 
 ARGS16 = (None, None, torch.float32, None, None, False, None, False, None, 0, False, False)
 
@@ -135,10 +136,9 @@ def offset_view(shape: tuple[int, ...], offset: int, dtype=torch.bfloat16) -> to
 
 @pytest.fixture
 def emulator_dispatcher():
-    from te_flydsl_plugin.flydsl import toolchain
     from te_flydsl_plugin.host import dispatch
 
-    if toolchain.find_ld_lld() is None:
+    if llvm.find_ld_lld() is None:
         pytest.skip("no ld.lld >= 18: gfx950 code cannot be compiled")
     d = dispatch.configure(backend="flydsl", executor="emulator", env={})
     yield d

@@ -16,8 +16,8 @@ import pytest
 import torch
 
 import te_flydsl_plugin as tp
+from te_flydsl_plugin import llvm
 from te_flydsl_plugin.flydsl import plan as _plan
-from te_flydsl_plugin.flydsl import toolchain
 from te_flydsl_plugin.flydsl.kernels import scale_pack
 from te_flydsl_plugin.flydsl.plugin import FlydslBackend
 from te_flydsl_plugin.host import dispatch, operands, problem
@@ -25,9 +25,7 @@ from te_flydsl_plugin.spec import Format, GemmCall, Layout
 
 from .gemm_cases import assert_close, make_mxfp8, shapes, te_math
 
-needs_lld = pytest.mark.skipif(
-    toolchain.find_ld_lld() is None, reason="no ld.lld >= 18: gfx950 code cannot be compiled"
-)
+needs_lld = pytest.mark.skipif(llvm.find_ld_lld() is None, reason="no ld.lld >= 18: gfx950 code cannot be compiled")
 M, N, K = 64, 96, 160  # K/32 = 5 blocks: columnwise and rowwise scales both padded
 
 

@@ -18,7 +18,8 @@ import pytest
 import torch
 
 import te_flydsl_plugin as tp
-from te_flydsl_plugin.flydsl import launch, toolchain
+from te_flydsl_plugin import llvm
+from te_flydsl_plugin.flydsl import launch
 from te_flydsl_plugin.host import dispatch
 from te_flydsl_plugin.operands import FP8_TORCH_DTYPES, OutputQuantizer
 from te_flydsl_plugin.spec import Format, Layout, QuantizerSpec
@@ -120,7 +121,7 @@ def test_reference_executor_quantises_the_result_it_would_return(a_fmt, b_fmt, l
 
 
 @pytest.mark.emulator
-@pytest.mark.skipif(toolchain.find_ld_lld() is None, reason="no ld.lld >= 18: gfx950 code cannot be compiled")
+@pytest.mark.skipif(llvm.find_ld_lld() is None, reason="no ld.lld >= 18: gfx950 code cannot be compiled")
 @pytest.mark.parametrize(("a_fmt", "b_fmt", "layout", "scaling", "out_dtype", "epilogue", "mnk", "batched"),
                          [CASES[0], CASES[2]], ids=["bf16-current", "fp8-delayed-fp32"])  # fmt: skip
 def test_emulator_executor_quantises_the_compiled_kernels_result(a_fmt, b_fmt, layout, scaling, out_dtype, epilogue,

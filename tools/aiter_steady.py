@@ -18,12 +18,12 @@ from pathlib import Path
 
 import torch
 
+from te_flydsl_plugin.emulator import launch, pack_named_kernarg
+from te_flydsl_plugin.emulator.codeobject import parse
+from te_flydsl_plugin.emulator.timing import SIMDS
+from te_flydsl_plugin.emulator.trace import Trace
 from te_flydsl_plugin.flydsl import wg_timing
 from te_flydsl_plugin.flydsl.compiled import LDS_BUDGET, REGISTER_BUDGET
-from te_flydsl_plugin.flydsl.emulator import launch, pack_named_kernarg
-from te_flydsl_plugin.flydsl.emulator.codeobject import parse
-from te_flydsl_plugin.flydsl.emulator.timing import SIMDS
-from te_flydsl_plugin.flydsl.emulator.trace import Trace
 from tests.emulator.aiter_wheel import DIST, code_object
 
 OUT = Path("docs/data/aiter_f4gemm_steady.json")

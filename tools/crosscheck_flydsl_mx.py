@@ -36,8 +36,8 @@ def main(repo: str, a_dtype: str, b_dtype: str) -> None:
     from kernels.gemm.mxfp4_preshuffle import launch_gemm
     from tests.kernels.utils import gemm_common_utils as g
 
+    from te_flydsl_plugin.emulator import launch, pack_flydsl_kernarg
     from te_flydsl_plugin.flydsl import toolchain
-    from te_flydsl_plugin.flydsl.emulator import launch, pack_flydsl_kernarg
 
     m, n, k, bm, bn, bk = 32, 128, 512, 32, 128, 256
     gen = torch.Generator().manual_seed(0)

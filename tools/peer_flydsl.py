@@ -19,8 +19,9 @@ from typing import Any
 
 import torch
 
-from te_flydsl_plugin.flydsl import emulator, grid_model, toolchain, wg_timing
-from te_flydsl_plugin.flydsl.emulator.trace import Trace
+from te_flydsl_plugin import emulator
+from te_flydsl_plugin.emulator.trace import Trace
+from te_flydsl_plugin.flydsl import grid_model, toolchain, wg_timing
 
 OUT = Path("docs/data/flydsl_peers_steady.json")
 TILE = 256  # every peer at 256 x 256 output tiles (their defaults; fp4_gemm_4wave is fixed at it)

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import llvm
 from ..host import archs
 from ..spec import Format
 from . import kloop, matrix, toolchain
@@ -238,7 +239,7 @@ def code_report(text: str) -> dict[str, Any]:
     kernel (per wave, static: code that both sides of a branch hold is counted once per side, so the
     plain epilogue's two bodies, beta 0 and beta != 0, are both in it).
     """
-    from .emulator.decode import decode_text
+    from ..emulator.decode import decode_text
 
     insts = [i for kernel in decode_text(text).values() for i in kernel]
     loops = [b for b in insts if b.branch_target is not None and b.branch_target <= b.address]
@@ -260,7 +261,7 @@ def isa_report(cfg: KernelConfig, arch: str = "gfx950") -> dict[str, Any]:
     ck = compile_config(cfg, arch)
     r = ck.resources
     mfma = EXPECTED_MFMA[cfg.lhs_format]
-    text = toolchain.disassemble(ck.code_object, arch)
+    text = llvm.disassemble(ck.code_object, arch)
     mfma_count = len(re.findall(rf"^\s+{mfma}\s", text, re.M))
     acc = accumulator_report(text)
     code = code_report(text)

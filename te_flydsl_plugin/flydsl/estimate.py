@@ -31,9 +31,9 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from ..emulator.lds_banks import BYTES_PER_CLOCK
 from . import grid_model
 from .compiled import LDS_BUDGET, REGISTER_BUDGET
-from .emulator.lds_banks import BYTES_PER_CLOCK
 from .kernels.config import KernelConfig
 from .kernels.select import CUS
 from .kloop import CLOCKS_PER_PASS

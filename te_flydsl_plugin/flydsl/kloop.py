@@ -34,10 +34,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .emulator.decode import Inst, Operand, decode_text
-from .emulator.hazards import mfma_timing, wait_states
-from .emulator.lds_banks import lane_bytes
-from .emulator.machine import LANES
+from .. import llvm
+from ..emulator.decode import Inst, Operand, decode_text
+from ..emulator.hazards import mfma_timing, wait_states
+from ..emulator.lds_banks import lane_bytes
+from ..emulator.machine import LANES
 
 CLOCKS_PER_PASS = 4  # AMD CDNA3 / CDNA4 ISA guides: an MFMA pass is 4 clocks; SISchedule.td's cycle unit
 # Steady state = the cycle difference of two runs over their iteration difference (fill and drain cancel);
@@ -159,9 +160,8 @@ def static_report(body: Sequence[Inst]) -> dict[str, Any]:
 
 def mca_tool() -> str | None:
     """llvm-mca >= 18 (Debian's llvm-22 or ROCm's), or None."""
-    from . import toolchain
 
-    return toolchain.llvm_tool("llvm-mca")
+    return llvm.llvm_tool("llvm-mca")
 
 
 # The f32 MFMA llvm-mca times with the passes of an FP8 f8f6f4 one of the same size (SISchedule.td's

@@ -168,7 +168,7 @@ def _reduce_partials(plan: GemmPlan, launches: list[Launch]) -> None:
 
 def emulate(ln: Launch) -> Any:
     """Run one launch's gfx950 code object in the emulator on CPU tensors; returns its report."""
-    from . import emulator
+    from .. import emulator
 
     cfg = ln.config
     ck = compile_config(cfg, "gfx950")

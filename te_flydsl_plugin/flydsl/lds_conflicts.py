@@ -14,7 +14,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from . import kloop, toolchain
+from .. import llvm
+from . import kloop
 from .compiled import compile_config
 from .kernels import gemm
 from .kernels.config import KernelConfig
@@ -50,7 +51,7 @@ def tile_report(cfg: KernelConfig, arch: str = "gfx950", code_object: bytes | No
     """Bank cycles of one tile of ``cfg``: totals per region and per opcode (``executions``, ``cycles``,
     ``ideal_cycles``, ``conflict_cycles``), the K loop's per iteration and wave. ``code_object``
     replaces the config's compiled one (a patched copy of it, in the tests)."""
-    from . import emulator
+    from .. import emulator
 
     ck = compile_config(cfg, arch)
     co = ck.code_object if code_object is None else code_object
@@ -63,7 +64,7 @@ def tile_report(cfg: KernelConfig, arch: str = "gfx950", code_object: bytes | No
     )
     del values
     assert rep.lds_banks is not None
-    loop = kloop.k_loop(kloop.instructions(toolchain.disassemble(co, arch)))
+    loop = kloop.k_loop(kloop.instructions(llvm.disassemble(co, arch)))
     if loop is None:
         raise ValueError(f"{cfg.name}: no K loop (a loop holding MFMAs) in the disassembly")
     waves = rep.waves_per_workgroup

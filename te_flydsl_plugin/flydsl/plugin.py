@@ -84,7 +84,7 @@ class FlydslBackend:
         if ex == "reference":
             return ex, Verdict.yes()
         if ex == "emulator":
-            missing = [m for m in ("flydsl", "te_flydsl_plugin.flydsl.emulator") if not _has_module(m)]
+            missing = [m for m in ("flydsl", "te_flydsl_plugin.emulator") if not _has_module(m)]
             from .toolchain import find_ld_lld
 
             if find_ld_lld() is None:

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import emulator, wg_timing
+from .. import emulator
+from ..emulator.trace import Trace
+from . import wg_timing
 from .compiled import compile_config
-from .emulator.trace import Trace
 from .kernels import gemm
 from .kernels.config import KernelConfig
 from .lds_conflicts import launch_values

@@ -12,54 +12,17 @@ so :func:`compile_for` holds a lock while they are set: compiles from several th
 from __future__ import annotations
 
 import contextlib
-import glob
 import os
 import re
-import shutil
-import subprocess
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-_MIN_LLD = 18
+from ..llvm import MIN_LLD, ToolchainError, find_ld_lld, lld_major, llvm_tool, run_on_bytes
+
 _env_lock = threading.RLock()
-
-
-def _lld_major(path: str) -> int:
-    try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=20).stdout
-    except (OSError, subprocess.SubprocessError):
-        return 0
-    m = re.search(r"LLD (\d+)", out)
-    return int(m.group(1)) if m else 0
-
-
-def _candidates() -> Iterator[str]:
-    rocm = os.environ.get("ROCM_PATH")
-    if rocm:
-        yield os.path.join(rocm, "llvm", "bin", "ld.lld")
-    yield "/opt/rocm/llvm/bin/ld.lld"
-    # Debian/Ubuntu versioned LLVM packages, newest first.
-    yield from sorted(glob.glob("/usr/lib/llvm-*/bin/ld.lld"), key=_version_key, reverse=True)
-    for name in ("ld.lld-22", "ld.lld-21", "ld.lld-20", "ld.lld-19", "ld.lld-18", "ld.lld"):
-        found = shutil.which(name)
-        if found:
-            yield found
-
-
-def _version_key(path: str) -> int:
-    m = re.search(r"llvm-(\d+)", path)
-    return int(m.group(1)) if m else 0
-
-
-def find_ld_lld() -> str | None:
-    """The first ``ld.lld`` of version >= 18 found on this machine, or None."""
-    for cand in _candidates():
-        if os.path.isfile(cand) and _lld_major(cand) >= _MIN_LLD:
-            return cand
-    return None
 
 
 def _shim_dir() -> Path:
@@ -70,7 +33,7 @@ def _shim_dir() -> Path:
 def rocm_root() -> str | None:
     """A folder laid out as FlyDSL expects (``llvm/bin/ld.lld``), or None when no usable lld exists."""
     rocm = os.environ.get("ROCM_PATH")
-    if rocm and _lld_major(os.path.join(rocm, "llvm", "bin", "ld.lld")) >= _MIN_LLD:
+    if rocm and lld_major(os.path.join(rocm, "llvm", "bin", "ld.lld")) >= MIN_LLD:
         return rocm
     lld = find_ld_lld()
     if lld is None:
@@ -88,24 +51,12 @@ def rocm_root() -> str | None:
     return str(shim)
 
 
-def llvm_tool(name: str) -> str | None:
-    """An LLVM binary (``llvm-objdump``, ``llvm-readelf``) that knows gfx950, newest first."""
-    for cand in sorted(glob.glob(f"/usr/lib/llvm-*/bin/{name}"), key=_version_key, reverse=True):
-        if _version_key(cand) >= _MIN_LLD:
-            return cand
-    rocm = os.environ.get("ROCM_PATH") or "/opt/rocm"
-    cand = os.path.join(rocm, "llvm", "bin", name)
-    return cand if os.path.isfile(cand) else None
-
-
 @contextlib.contextmanager
 def compile_for(arch: str) -> Iterator[None]:
     """Set FlyDSL's target environment for ``arch`` for the duration of a compile (thread-safe)."""
     root = rocm_root()
     if root is None:
-        raise ToolchainError(
-            f"no ld.lld >= {_MIN_LLD} found: install ROCm, or Debian's lld-22 (apt-get install lld-22)"
-        )
+        raise ToolchainError(f"no ld.lld >= {MIN_LLD} found: install ROCm, or Debian's lld-22 (apt-get install lld-22)")
     wanted = {"ROCM_PATH": root, "ARCH": arch, "FLYDSL_GPU_ARCH": arch}
     with _env_lock:
         saved = {k: os.environ.get(k) for k in wanted}
@@ -118,10 +69,6 @@ def compile_for(arch: str) -> Iterator[None]:
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
-
-
-class ToolchainError(RuntimeError):
-    """The machine lacks what compiling for gfx950 needs; the message says what to install."""
 
 
 def code_objects(compiled: Any) -> dict[str, bytes]:
@@ -164,7 +111,7 @@ def kernel_resources(code_object: bytes) -> list[KernelResources]:
     readelf = llvm_tool("llvm-readelf")
     if readelf is None:
         raise ToolchainError("llvm-readelf >= 18 not found: apt-get install llvm-22")
-    text = _run_on_bytes([readelf, "--notes"], code_object)
+    text = run_on_bytes([readelf, "--notes"], code_object)
     kernels: list[KernelResources] = []
     for block in re.split(r"\n\s*- \.agpr_count:", text)[1:]:
         block = ".agpr_count:" + block
@@ -189,23 +136,3 @@ def kernel_resources(code_object: bytes) -> list[KernelResources]:
             )
         )
     return kernels
-
-
-def disassemble(code_object: bytes, arch: str = "gfx950") -> str:
-    """``llvm-objdump -d`` of a code object (the text the ISA checks and the emulator read)."""
-    objdump = llvm_tool("llvm-objdump")
-    if objdump is None:
-        raise ToolchainError("llvm-objdump >= 18 not found: apt-get install llvm-22")
-    return _run_on_bytes([objdump, "-d", f"--mcpu={arch}"], code_object)
-
-
-def _run_on_bytes(cmd: list[str], blob: bytes) -> str:
-    import tempfile
-
-    with tempfile.NamedTemporaryFile(suffix=".hsaco") as f:
-        f.write(blob)
-        f.flush()
-        res = subprocess.run([*cmd, f.name], capture_output=True, text=True, timeout=120)
-    if res.returncode:
-        raise ToolchainError(f"{os.path.basename(cmd[0])} failed: {res.stderr.strip()}")
-    return res.stdout

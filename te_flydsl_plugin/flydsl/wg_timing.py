@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .emulator.timing import Memory, replay
-from .emulator.trace import Trace
+from ..emulator.timing import Memory, replay
+from ..emulator.trace import Trace
 
 K_TILES = (4, 8)  # the two traced K lengths, in K tiles: past any prologue a software pipeline has
 # the CU's vector-memory bytes per clock the line is tabled at (from a starved CU to a CU port's worth)

@@ -16,22 +16,23 @@ from typing import Any
 import numpy as np
 import pytest
 
+from te_flydsl_plugin import llvm
+from te_flydsl_plugin.emulator import run as emu_run
+from te_flydsl_plugin.emulator.bind import BindContext
+from te_flydsl_plugin.emulator.codeobject import _sections
+from te_flydsl_plugin.emulator.decode import Inst, parse_line
+from te_flydsl_plugin.emulator.hazards import HazardTracker
+from te_flydsl_plugin.emulator.lds_banks import BankStats
+from te_flydsl_plugin.emulator.machine import HostMemory, Wave
+from te_flydsl_plugin.emulator.trace import Trace
 from te_flydsl_plugin.flydsl import toolchain
-from te_flydsl_plugin.flydsl.emulator import run as emu_run
-from te_flydsl_plugin.flydsl.emulator.bind import BindContext
-from te_flydsl_plugin.flydsl.emulator.codeobject import _sections
-from te_flydsl_plugin.flydsl.emulator.decode import Inst, parse_line
-from te_flydsl_plugin.flydsl.emulator.hazards import HazardTracker
-from te_flydsl_plugin.flydsl.emulator.lds_banks import BankStats
-from te_flydsl_plugin.flydsl.emulator.machine import HostMemory, Wave
-from te_flydsl_plugin.flydsl.emulator.trace import Trace
 
 needs_toolchain = pytest.mark.skipif(
-    toolchain.find_ld_lld() is None or toolchain.llvm_tool("llvm-objdump") is None,
+    llvm.find_ld_lld() is None or llvm.llvm_tool("llvm-objdump") is None,
     reason="no ld.lld >= 18 / llvm-objdump >= 18 here: install lld-22 and llvm-22 (or ROCm) to compile for gfx950",
 )
 needs_objdump = pytest.mark.skipif(
-    toolchain.llvm_tool("llvm-objdump") is None,
+    llvm.llvm_tool("llvm-objdump") is None,
     reason="no llvm-objdump >= 18 here: install llvm-22 (the emulator decodes its disassembly)",
 )
 
@@ -71,9 +72,9 @@ def patch_word(code_object: bytes, address: int, word: int) -> bytes:
 
 def instructions(code_object: bytes, kernel: str) -> list[Inst]:
     """The decoded instructions of one kernel."""
-    from te_flydsl_plugin.flydsl.emulator.decode import decode_text
+    from te_flydsl_plugin.emulator.decode import decode_text
 
-    return decode_text(toolchain.disassemble(code_object))[kernel]
+    return decode_text(llvm.disassemble(code_object))[kernel]
 
 
 class Program:

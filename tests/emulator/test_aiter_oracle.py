@@ -20,8 +20,8 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from te_flydsl_plugin.flydsl.emulator import EmulatorError, Hazard, launch, pack_named_kernarg
-from te_flydsl_plugin.flydsl.emulator.decode import Inst
+from te_flydsl_plugin.emulator import EmulatorError, Hazard, launch, pack_named_kernarg
+from te_flydsl_plugin.emulator.decode import Inst
 
 from .aiter_wheel import code_object, mx_dequant, pack_fp4, preshuffle_b, shuffle_scales
 from .helpers import needs_objdump

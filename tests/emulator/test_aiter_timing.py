@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from te_flydsl_plugin.emulator.hazards import mfma_timing
+from te_flydsl_plugin.emulator.timing import CLOCKS_PER_PASS, Memory, replay
 from te_flydsl_plugin.flydsl import grid_model, wg_timing
-from te_flydsl_plugin.flydsl.emulator.hazards import mfma_timing
-from te_flydsl_plugin.flydsl.emulator.timing import CLOCKS_PER_PASS, Memory, replay
 
 from .aiter_wheel import code_object
 from .helpers import needs_objdump

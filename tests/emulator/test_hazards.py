@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from te_flydsl_plugin.flydsl.emulator import EmulatorError, HazardError
+from te_flydsl_plugin.emulator import EmulatorError, HazardError
 
 from .helpers import Program, vset
 

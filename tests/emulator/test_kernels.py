@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 
-from te_flydsl_plugin.flydsl.emulator import EmulatorError, HazardError, kernarg_layout, launch, pack_flydsl_kernarg
+from te_flydsl_plugin.emulator import EmulatorError, HazardError, kernarg_layout, launch, pack_flydsl_kernarg
 
 from .helpers import S_NOP, S_TRAP, compile_kernel, instructions, needs_toolchain, patch_word
 

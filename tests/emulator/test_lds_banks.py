@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from te_flydsl_plugin.emulator.lds_banks import BankModel, BankStats
+from te_flydsl_plugin.emulator.machine import Wave
 from te_flydsl_plugin.flydsl import lds_conflicts
-from te_flydsl_plugin.flydsl.emulator.lds_banks import BankModel, BankStats
-from te_flydsl_plugin.flydsl.emulator.machine import Wave
 from te_flydsl_plugin.flydsl.kernels.config import KernelConfig
 from te_flydsl_plugin.spec import Format
 

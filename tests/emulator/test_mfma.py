@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from te_flydsl_plugin.flydsl.emulator import numerics as nm
+from te_flydsl_plugin.emulator import numerics as nm
 
 from .helpers import Program
 

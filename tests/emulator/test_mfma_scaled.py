@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from te_flydsl_plugin.flydsl.emulator import numerics as nm
+from te_flydsl_plugin.emulator import numerics as nm
 
 from .helpers import Program
 

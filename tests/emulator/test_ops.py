@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from te_flydsl_plugin.flydsl.emulator import EmulatorError
-from te_flydsl_plugin.flydsl.emulator import numerics as nm
+from te_flydsl_plugin.emulator import EmulatorError
+from te_flydsl_plugin.emulator import numerics as nm
 
 from .helpers import Program, vf32, vset
 
@@ -403,7 +403,7 @@ def test_global_load_lds() -> None:
 
 
 def test_runaway_loop_is_stopped(monkeypatch: pytest.MonkeyPatch) -> None:
-    from te_flydsl_plugin.flydsl.emulator import ops_salu
+    from te_flydsl_plugin.emulator import ops_salu
 
     monkeypatch.setattr(ops_salu, "MAX_BACK_BRANCHES", 1000)
     prog = Program("s_add_u32 s0, s0, 1\ns_branch -2")  # back to the s_add, forever
@@ -577,7 +577,7 @@ def test_global_atomic_add_f32_applies_every_lane() -> None:
 def test_branch_to_a_named_label_stays_in_the_kernel() -> None:
     """Hand-written assembly keeps local labels in its symbol table: llvm-objdump prints them as symbols
     and as branch operands; with the kernel names known they are branch targets, not new kernels."""
-    from te_flydsl_plugin.flydsl.emulator.decode import decode_text
+    from te_flydsl_plugin.emulator.decode import decode_text
 
     text = (
         "0000000000001000 <kern>:\n"

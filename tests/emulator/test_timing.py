@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from te_flydsl_plugin.emulator.machine import Wave
+from te_flydsl_plugin.emulator.timing import CLOCKS_PER_PASS, ISSUE_CLOCKS, LDS_LATENCY, Memory, replay
+from te_flydsl_plugin.emulator.trace import Trace, vmem_lane_bytes
 from te_flydsl_plugin.flydsl import wg_timing
-from te_flydsl_plugin.flydsl.emulator.machine import Wave
-from te_flydsl_plugin.flydsl.emulator.timing import CLOCKS_PER_PASS, ISSUE_CLOCKS, LDS_LATENCY, Memory, replay
-from te_flydsl_plugin.flydsl.emulator.trace import Trace, vmem_lane_bytes
 
 from .helpers import Program, vset
 

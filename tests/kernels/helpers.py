@@ -8,7 +8,8 @@ import types
 import pytest
 import torch
 
-from te_flydsl_plugin.flydsl import launch, toolchain
+from te_flydsl_plugin import llvm
+from te_flydsl_plugin.flydsl import launch
 from te_flydsl_plugin.flydsl.executors import run_reference
 from te_flydsl_plugin.flydsl.kernels import epilogue
 from te_flydsl_plugin.flydsl.kernels.config import KernelConfig
@@ -16,7 +17,7 @@ from te_flydsl_plugin.flydsl.plan_types import GemmPlan, KernelOperand, Piece
 from te_flydsl_plugin.spec import Format
 
 needs_toolchain = pytest.mark.skipif(
-    toolchain.find_ld_lld() is None,
+    llvm.find_ld_lld() is None,
     reason="no ld.lld >= 18 on this machine: install lld-22 (or ROCm) to compile for gfx950",
 )
 

@@ -8,6 +8,7 @@ import threading
 
 import pytest
 
+from te_flydsl_plugin import llvm
 from te_flydsl_plugin.flydsl import compiled
 from te_flydsl_plugin.flydsl.kernels import gemm
 from te_flydsl_plugin.flydsl.kernels.config import KernelConfig
@@ -75,26 +76,23 @@ def test_backed_is_part_of_the_family() -> None:
 def test_mixed_fp8_uses_per_operand_kinds() -> None:
     """lhs E4M3 x rhs E5M2 needs no conversion: the MFMA's A operand is rhs (kernels/mfma.py), so its
     format code says cbsz:1 and B's (E4M3, blgp 0, not printed) is the default."""
-    from te_flydsl_plugin.flydsl import toolchain
 
     cfg = KernelConfig(Format.FP8_E4M3, Format.FP8_E5M2, True, True, Format.BF16, tile_k=128)
-    text = toolchain.disassemble(compiled.compile_config(cfg).code_object)
+    text = llvm.disassemble(compiled.compile_config(cfg).code_object)
     mfmas = [ln for ln in text.splitlines() if "v_mfma_f32_16x16x128_f8f6f4" in ln]
     assert mfmas and all("cbsz:1" in ln and "blgp" not in ln for ln in mfmas)
 
 
 def test_transposed_operands_read_lds_transposed() -> None:
-    from te_flydsl_plugin.flydsl import toolchain
 
     cfg = KernelConfig(Format.BF16, Format.BF16, False, False, Format.BF16, waves=4)
-    assert "ds_read_b64_tr_b16" in toolchain.disassemble(compiled.compile_config(cfg).code_object)
+    assert "ds_read_b64_tr_b16" in llvm.disassemble(compiled.compile_config(cfg).code_object)
 
 
 def test_direct_to_lds_loads() -> None:
-    from te_flydsl_plugin.flydsl import toolchain
 
     cfg = KernelConfig(Format.BF16, Format.BF16, True, True, Format.BF16, waves=4)
-    text = toolchain.disassemble(compiled.compile_config(cfg).code_object)
+    text = llvm.disassemble(compiled.compile_config(cfg).code_object)
     assert any("buffer_load_dwordx4" in ln and " lds" in ln for ln in text.splitlines())
 
 

@@ -16,6 +16,7 @@ from collections import Counter
 import pytest
 import torch
 
+from te_flydsl_plugin import llvm
 from te_flydsl_plugin.flydsl import compiled, launch
 from te_flydsl_plugin.flydsl.kernels import epilogue
 from te_flydsl_plugin.flydsl.kernels.config import KernelConfig
@@ -125,10 +126,9 @@ def test_epilogue_leaves_the_k_loop_alone(cfg: KernelConfig) -> None:
 
 def _loop_opcodes(cfg: KernelConfig) -> list[Counter]:
     """Opcode counts of each loop of ``cfg``'s code (a backward branch's target to the branch)."""
-    from te_flydsl_plugin.flydsl import toolchain
-    from te_flydsl_plugin.flydsl.emulator.decode import decode_text
+    from te_flydsl_plugin.emulator.decode import decode_text
 
-    text = toolchain.disassemble(compiled.compile_config(cfg).code_object, "gfx950")
+    text = llvm.disassemble(compiled.compile_config(cfg).code_object, "gfx950")
     insts = [i for kernel in decode_text(text).values() for i in kernel]
     ends = [b for b in insts if b.branch_target is not None and b.branch_target <= b.address]
     return [Counter(i.opcode for i in insts if b.branch_target <= i.address <= b.address) for b in ends]

@@ -18,7 +18,8 @@ import pytest
 import torch
 
 import te_flydsl_plugin as tp
-from te_flydsl_plugin.flydsl import compiled, launch, toolchain
+from te_flydsl_plugin import llvm
+from te_flydsl_plugin.flydsl import compiled, launch
 from te_flydsl_plugin.flydsl.executors import run_reference
 from te_flydsl_plugin.flydsl.kernels import mx
 from te_flydsl_plugin.flydsl.kernels.config import KernelConfig
@@ -94,7 +95,7 @@ def test_mx_isa_feeds_scales_from_registers(k_major: tuple[bool, bool]) -> None:
     cfg = KernelConfig(F.MXFP8_E4M3, F.MXFP8_E5M2, *k_major, F.BF16, tile_k=mx.TILE_K)
     rep = compiled.isa_report(cfg)
     assert rep["ok"] and rep["scratch_bytes"] == 0 and rep["spills"] == 0, rep
-    text = toolchain.disassemble(compiled.compile_config(cfg).code_object, "gfx950")
+    text = llvm.disassemble(compiled.compile_config(cfg).code_object, "gfx950")
     mfmas = re.findall(r"^\s+v_mfma_scale_f32_16x16x128_f8f6f4 .*$", text, re.M)
     assert len(mfmas) == rep["mfma_count"] > 0
     scale_regs = r"a\[\d+:\d+\], v\[\d+:\d+\], v\[\d+:\d+\], a\[\d+:\d+\], v\d+, v\d+ "

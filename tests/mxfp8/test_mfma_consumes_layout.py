@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from te_flydsl_plugin import llvm
 from te_flydsl_plugin.flydsl import mx_layout as mx
 from te_flydsl_plugin.flydsl import toolchain
 
@@ -19,7 +20,7 @@ from .helpers import te_scales
 pytestmark = [
     pytest.mark.emulator,
     pytest.mark.skipif(
-        toolchain.find_ld_lld() is None,
+        llvm.find_ld_lld() is None,
         reason="no ld.lld >= 18 on this machine: install lld-22 (or ROCm) to compile for gfx950",
     ),
 ]
@@ -51,10 +52,10 @@ def _compiled(fmt_b: int) -> tuple[bytes, str]:
 
 @pytest.mark.parametrize(("fmt_b", "b_dim"), [(0, 1), (1, 0)])
 def test_mfma_reads_packed_scales_as_documented(fmt_b: int, b_dim: int) -> None:
-    from te_flydsl_plugin.flydsl.emulator import launch, pack_flydsl_kernarg
+    from te_flydsl_plugin.emulator import launch, pack_flydsl_kernarg
 
     blob, name = _compiled(fmt_b)
-    asm = toolchain.disassemble(blob)
+    asm = llvm.disassemble(blob)
     assert asm.count("v_mfma_scale_f32_16x16x128_f8f6f4") == 4
     a_u8, a_val = _operand(0, 1)
     b_u8, b_val = _operand(fmt_b, 2)

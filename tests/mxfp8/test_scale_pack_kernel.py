@@ -8,13 +8,14 @@ import re
 import pytest
 import torch
 
+from te_flydsl_plugin import llvm
 from te_flydsl_plugin.flydsl import mx_layout as mx
 from te_flydsl_plugin.flydsl import toolchain
 
 from .helpers import te_scales
 
 needs_toolchain = pytest.mark.skipif(
-    toolchain.find_ld_lld() is None,
+    llvm.find_ld_lld() is None,
     reason="no ld.lld >= 18 on this machine: install lld-22 (or ROCm) to compile for gfx950",
 )
 
@@ -46,7 +47,7 @@ def test_compiles_for_gfx950_within_isa_budget(sp, dim: int) -> None:
     assert res.vgpr_spill_count == 0 and res.sgpr_spill_count == 0
     assert res.lds_bytes == 0 and res.agpr_count == 0
     assert res.max_flat_workgroup_size == sp.THREADS
-    asm = toolchain.disassemble(blob)
+    asm = llvm.disassemble(blob)
     ops = re.findall(r"^\s+([a-z][a-z0-9_]+)", asm, flags=re.M)
     # Four byte reads of TE's scales through buffer bounds, one dword store of the packed word:
     # nothing else touches memory (no flat/global access that could stray into padding).

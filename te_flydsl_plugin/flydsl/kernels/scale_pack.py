@@ -167,7 +167,7 @@ def pack_scales_kernel(
         s, p = _jit_args(scales, words)
         compiled(blocks_along_dim)(s, p, rows, kb, n_t, n_tiles, blocks_along_dim, torch.cuda.current_stream())
     else:
-        from ..emulator import launch, pack_flydsl_kernarg
+        from ...emulator import launch, pack_flydsl_kernarg
 
         if scales.is_cuda or out.is_cuda:
             raise ValueError("mode 'emulator' runs on CPU tensors")

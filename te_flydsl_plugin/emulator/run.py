@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import llvm
 from . import indexmode, ops_cvt, ops_mem, ops_mfma, ops_salu, ops_valu  # noqa: F401  (register the opcodes)
 from .bind import OPS, BindContext, Binder, Step, base_opcode
 from .codeobject import CodeObject, Kernel, parse
@@ -69,10 +70,9 @@ class _Yield(Exception):
 
 @functools.lru_cache(maxsize=32)
 def _load(code_object: bytes) -> tuple[CodeObject, dict[str, list[Inst]]]:
-    from .. import toolchain
 
     co = parse(code_object)
-    return co, decode_text(toolchain.disassemble(code_object), co.kernels.keys())
+    return co, decode_text(llvm.disassemble(code_object), co.kernels.keys())
 
 
 def _unknown(inst: Inst, kernel: str, why: str = "unknown instruction") -> Step:
