@@ -406,7 +406,7 @@ def _counts(x: Any) -> str:
 
 def cmd_precompile(args: argparse.Namespace) -> int:
     try:
-        from .flydsl import compiled
+        from .flydsl import compiled, family
     except ImportError as exc:
         raise CliError(f"the kernel family cannot be loaded: {exc}") from exc
     from .flydsl import matrix
@@ -418,7 +418,7 @@ def cmd_precompile(args: argparse.Namespace) -> int:
         raise CliError(f"--arch: {exc}") from None
     if llvm.find_ld_lld() is None:
         raise CliError("no ld.lld >= 18 found: apt-get install lld-22 (or install ROCm)")
-    configs = tuple(c for c in compiled.BACKED if args.only in c.name)
+    configs = tuple(c for c in family.BACKED if args.only in c.name)
     if not configs:
         raise CliError(f"no backed kernel config's name contains {args.only!r}")
     # Progress always goes to stderr (a cold cache compiles for minutes): one rewritten line on a

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from te_flydsl_plugin import cli
-from te_flydsl_plugin.flydsl import bench, check, compiled, plan
+from te_flydsl_plugin.flydsl import bench, check, family, plan
 from te_flydsl_plugin.flydsl.kernels import select
 from te_flydsl_plugin.flydsl.kernels.config import KernelConfig
 from te_flydsl_plugin.spec import Format, Layout
@@ -31,14 +31,14 @@ def test_every_suite_gemm_runs_on_a_compiled_kernel(suite: str, kind: str) -> No
         assert (p.m, p.n, p.k) == (shape.m, shape.n, shape.k)
         assert p.epilogue == shape.epilogue
         verdict = check.check(p, "flydsl")
-        if shape.epilogue == "bgrad" and kind in ("fp8", "mxfp8"):  # not backed (compiled._epilogue_family)
+        if shape.epilogue == "bgrad" and kind in ("fp8", "mxfp8"):  # not backed (family._epilogue_family)
             assert [r.code.value for r in verdict.reasons] == ["KERNEL"], str(verdict)
             continue
         assert verdict.ok, (shape, kind, str(verdict))
         if shape.layout not in layouts_planned:  # the plan bench times, on meta tensors: no memory
             layouts_planned.add(shape.layout)
             built = plan.build(p, call)
-            assert built.config in compiled.BACKED and bench.candidates(built.config, p.m, p.n, p.k)[0] == built.config
+            assert built.config in family.BACKED and bench.candidates(built.config, p.m, p.n, p.k)[0] == built.config
 
 
 def test_llm_suite_is_fprop_dgrad_wgrad_of_each_layer() -> None:
@@ -64,7 +64,7 @@ def test_candidates_start_with_select_and_stay_in_the_kind() -> None:
     got = bench.candidates(base, 512, 1024, 4096)  # a small grid: select picks 128 x 128
     assert got[0] == select.select(base, 512, 1024, 4096) and got[0].tile_m == 128
     assert {(c.tile_m, c.waves) for c in got} == {(128, 8), (256, 4)}
-    assert all(c in compiled.BACKED for c in got) and len(set(got)) == len(got)
+    assert all(c in family.BACKED for c in got) and len(set(got)) == len(got)
     assert all((c.lhs_format, c.lhs_k_major, c.rhs_k_major, c.out_format) == (Format.BF16, True, True, Format.BF16)
                for c in got)  # fmt: skip
     mx = KernelConfig(Format.MXFP8_E4M3, Format.MXFP8_E5M2, True, False, Format.BF16)

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from te_flydsl_plugin import cli, llvm
-from te_flydsl_plugin.flydsl import matrix
+from te_flydsl_plugin.flydsl import family, matrix
 
 DOCS = pathlib.Path(__file__).resolve().parents[1] / "docs" / "capabilities.md"
 CHECK = ["check", "--layout", "NN", "--m", "300", "--n", "200", "--k", "96", "--a-format", "fp8_e4m3",
@@ -314,7 +314,7 @@ def test_precompile_through_a_pipe_reports_progress_on_stderr(capsys, monkeypatc
 
     monkeypatch.setattr(compiled, "isa_report", report)
     monkeypatch.setattr(llvm, "find_ld_lld", lambda: "/usr/bin/ld.lld")
-    total = len(compiled.BACKED)
+    total = len(family.BACKED)
     for json_flag in ([], ["--json"]):
         code, out, err = run(capsys, "precompile", *json_flag)
         assert code == 0 and out
@@ -390,4 +390,4 @@ def test_compiling_for_an_arch_without_kernels_is_an_error_not_an_abort(tmp_path
 
     monkeypatch.setenv("TE_FLYDSL_CACHE_DIR", str(tmp_path))
     with pytest.raises(ArchError, match="gfx942 is not supported"):
-        compiled.compile_config(compiled.BACKED[0], "gfx942")
+        compiled.compile_config(family.BACKED[0], "gfx942")

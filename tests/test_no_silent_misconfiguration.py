@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_a_broken_kernel_family_is_an_import_error_not_an_empty_matrix(monkeypatch):
-    monkeypatch.setitem(sys.modules, "te_flydsl_plugin.flydsl.compiled", None)
+    monkeypatch.setitem(sys.modules, "te_flydsl_plugin.flydsl.family", None)
     with pytest.raises(ImportError):
         matrix._backed()
 

@@ -127,7 +127,7 @@ def _operand(fmt: Format, shape: tuple[int, int], device: torch.device) -> Any:
 def candidates(cfg: KernelConfig, m: int, n: int, k: int) -> list[KernelConfig]:
     """``select``'s choice for the problem, then every other backed config of the same kind (formats,
     majorness, output, epilogue): the tiles and wave counts the heuristic chooses between."""
-    from .compiled import BACKED
+    from .family import BACKED
     from .kernels.select import select
 
     chosen = select(cfg, m, n, k)

@@ -12,6 +12,7 @@ import functools
 from itertools import product
 
 from ..spec import Capabilities, CapabilityRow, Format, Layout
+from .kernels.config import OUT_VEC
 
 ARCHS = ("gfx950",)
 MAX_LAUNCH_BYTES = 2**31 - 1
@@ -41,8 +42,6 @@ EPILOGUES = tuple(EPILOGUE_LAYOUTS)
 # K must be a multiple of this: 16-byte vectors along K, and one E8M0 scale per 32 elements for MX.
 K_MULTIPLE = {Format.FP32: 4, Format.FP16: 8, Format.BF16: 8, Format.FP8_E4M3: 16, Format.FP8_E5M2: 16}
 MX_K_MULTIPLE = 32
-# N must be a multiple of this: the kernels' epilogue stores 4 adjacent output columns as one vector.
-OUT_VEC = 4
 # Every operand storage must start on this many bytes: the kernels' direct global->LDS loads move 16
 # bytes per lane (kernels/gemm.py DMA_BYTES; launch_geometry refuses other starts).
 OPERAND_ALIGN = 16
@@ -174,12 +173,11 @@ def layouts_of(lhs_k_major: bool, rhs_k_major: bool, fmt: Format) -> tuple[Layou
 
 
 def _backed() -> Backed:
-    """Which combinations compiled kernels back, from the kernel family's BACKED list.
+    """Which combinations compiled kernels back, from the kernel family's BACKED list (``family.py``).
 
-    Imported here, not at module level, only to keep ``matrix`` free of the compile cache until asked;
-    an ImportError is a bug in the package and propagates (it must never read as "nothing backed").
+    An ImportError is a bug in the package and propagates (it must never read as "nothing backed").
     """
-    from .compiled import BACKED
+    from .family import BACKED
 
     found: dict[tuple[Format, Format], set[tuple[Layout, Format, str]]] = {}
     for cfg in BACKED:

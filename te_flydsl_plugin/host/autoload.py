@@ -31,11 +31,10 @@ from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
-BACKEND_ENV = "NVTE_GEMM_BACKEND"
+from .names import BACKEND_ENV, NATIVE_NAMES, TE_IN_TREE_NAMES
+
 OFF_ENV = "NVTE_FLYDSL_AUTOLOAD"
 TRIGGER = "transformer_engine.pytorch.cpp_extensions.gemm"
-NATIVE_NAMES = frozenset({"", "default", "native"})
-TE_IN_TREE_NAMES = frozenset({"triton"})  # ROCm TE's own NVTE_GEMM_BACKEND values the plugin does not own
 
 _warned = False
 _warn_lock = threading.Lock()

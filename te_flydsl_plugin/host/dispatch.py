@@ -21,7 +21,7 @@ from typing import Any
 from ..spec import GemmBackend, GemmProblem, Reason, ReasonCode, SettingsError, Verdict
 from . import archs
 from . import registry as _registry
-from .autoload import NATIVE_NAMES  # one list, kept where torch's start-up hook reads it
+from .names import NATIVE_NAMES
 
 
 class GemmNotSupportedError(RuntimeError):

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from te_flydsl_plugin.emulator import EmulatorError, HazardError, kernarg_layout, launch, pack_flydsl_kernarg
+from te_flydsl_plugin.flydsl import family
 
 from .helpers import S_NOP, S_TRAP, compile_kernel, instructions, needs_toolchain, patch_word
 
@@ -111,7 +112,7 @@ def _gemm(lhs_fmt: str, rhs_fmt: str, lhs_k: bool, rhs_k: bool, out_fmt: str):  
     }
     cfg = next(
         c
-        for c in compiled.FAMILY
+        for c in family.FAMILY
         if (c.lhs_format, c.rhs_format, c.lhs_k_major, c.rhs_k_major, c.out_format)
         == (f[lhs_fmt], f[rhs_fmt], lhs_k, rhs_k, f[out_fmt])
     )

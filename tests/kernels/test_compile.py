@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from te_flydsl_plugin import llvm
-from te_flydsl_plugin.flydsl import compiled
+from te_flydsl_plugin.flydsl import compiled, family
 from te_flydsl_plugin.flydsl.kernels import gemm
 from te_flydsl_plugin.flydsl.kernels.config import KernelConfig
 from te_flydsl_plugin.spec import Format
@@ -19,7 +19,7 @@ from .helpers import needs_toolchain
 pytestmark = [pytest.mark.compile, needs_toolchain]
 
 
-@pytest.mark.parametrize("cfg", compiled.FAMILY, ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", family.FAMILY, ids=lambda c: c.name)
 def test_isa_budget(cfg: KernelConfig) -> None:
     rep = compiled.isa_report(cfg)
     assert rep["ok"], rep
@@ -70,7 +70,7 @@ def test_accumulator_report_sees_moves_in_loops_only() -> None:
 
 
 def test_backed_is_part_of_the_family() -> None:
-    assert set(compiled.BACKED) <= set(compiled.FAMILY)
+    assert set(family.BACKED) <= set(family.FAMILY)
 
 
 def test_mixed_fp8_uses_per_operand_kinds() -> None:
@@ -161,7 +161,7 @@ def test_cache_processes_share_a_directory(tmp_path) -> None:
 
 def test_precompile_reports_progress() -> None:
     seen: list[tuple[int, int]] = []
-    cfgs = compiled.FAMILY[:2]
+    cfgs = family.FAMILY[:2]
     reports = compiled.precompile("gfx950", progress=lambda i, n, r: seen.append((i, n)), configs=cfgs)
     assert [r["config"] for r in reports] == [c.name for c in cfgs] and seen == [(1, 2), (2, 2)]
     assert all(r["ok"] and r["compile_s"] >= 0 for r in reports)

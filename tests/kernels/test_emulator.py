@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from te_flydsl_plugin.flydsl import compiled, launch
+from te_flydsl_plugin.flydsl import family, launch
 from te_flydsl_plugin.flydsl.kernels.config import KernelConfig
 from te_flydsl_plugin.flydsl.plan_types import Piece
 from te_flydsl_plugin.spec import Format
@@ -48,7 +48,7 @@ def _run_and_check(cfg: KernelConfig, m: int, n: int, k: int, alpha: float, beta
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s[:3])))
 # MXFP8 configs need packed block scales: test_mx_gemm.py runs them; fused epilogues: test_epilogues.py.
 @pytest.mark.parametrize(
-    "cfg", [c for c in compiled.BACKED if c.scaling != "mx" and c.epilogue == "plain"], ids=lambda c: c.name
+    "cfg", [c for c in family.BACKED if c.scaling != "mx" and c.epilogue == "plain"], ids=lambda c: c.name
 )
 def test_backed_matches_reference(cfg: KernelConfig, shape: tuple) -> None:
     m, n, kv, alpha, beta = shape

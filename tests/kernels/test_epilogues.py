@@ -1,6 +1,6 @@
 """The fused epilogues of the GEMM family, compiled for gfx950 and run in the emulator.
 
-Each epilogue config (``compiled.EPILOGUE_FAMILY``) must compile within the ISA budgets (``test_compile.py``
+Each epilogue config (``family.EPILOGUE_FAMILY``) must compile within the ISA budgets (``test_compile.py``
 covers that for the whole family) with a K loop identical to its plain config's, and match the
 reference executor (``executors.run_reference``, the semantics TE's epilogues define) on shapes with
 M != N != K, edge tiles in M and N, a K tail, a given D (beta), host-split pieces (the epilogue runs
@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from te_flydsl_plugin import llvm
-from te_flydsl_plugin.flydsl import compiled, launch
+from te_flydsl_plugin.flydsl import compiled, family, launch
 from te_flydsl_plugin.flydsl.kernels import epilogue
 from te_flydsl_plugin.flydsl.kernels.config import KernelConfig
 from te_flydsl_plugin.flydsl.plan_types import GemmPlan
@@ -27,8 +27,8 @@ from .helpers import needs_toolchain, outputs, piece_grid, plan_for, run_and_com
 
 pytestmark = [pytest.mark.emulator, needs_toolchain]
 F = Format
-EPI = [c for c in compiled.BACKED if c.epilogue != "plain" and c.scaling != "mx"]
-MX_EPI = [c for c in compiled.BACKED if c.epilogue != "plain" and c.scaling == "mx"]
+EPI = [c for c in family.BACKED if c.epilogue != "plain" and c.scaling != "mx"]
+MX_EPI = [c for c in family.BACKED if c.epilogue != "plain" and c.scaling == "mx"]
 
 
 def _k_unit(cfg: KernelConfig) -> int:
@@ -47,7 +47,7 @@ def test_epilogue_family_is_the_plain_family_plus_epilogues() -> None:
     epilogue appears where TE issues it: bias / GELU in TN, dGELU in NN."""
     where = {"bgrad": "NT", "dgelu": "NN", "dgelu_bgrad": "NN"}
     for cfg in EPI + MX_EPI:
-        assert dataclasses.replace(cfg, epilogue="plain") in compiled.BACKED, cfg.name
+        assert dataclasses.replace(cfg, epilogue="plain") in family.BACKED, cfg.name
         layout = {(True, True): "TN", (True, False): "NN", (False, False): "NT"}[(cfg.lhs_k_major, cfg.rhs_k_major)]
         want = where.get(cfg.epilogue, "TN")
         assert layout == want or (cfg.scaling == "tensor" and want == "NN"), cfg.name  # FP8 NN reads K-major

@@ -12,7 +12,7 @@ import types
 import pytest
 import torch
 
-from te_flydsl_plugin.flydsl import compiled, launch
+from te_flydsl_plugin.flydsl import family, launch
 from te_flydsl_plugin.flydsl.executors import run_reference
 from te_flydsl_plugin.flydsl.kernels.config import KernelConfig
 from te_flydsl_plugin.flydsl.plan import split
@@ -62,7 +62,7 @@ def _fit(x: int, cfg: KernelConfig, k_major: bool) -> int:
 @pytest.mark.parametrize("shape", [(256, 256, 64), (1000, 1500, 8 * 53), (37, 4100, 512), (4096, 4096, 4096)])
 # MXFP8 configs need packed block scales: test_mx_gemm.py runs them; fused epilogues below.
 @pytest.mark.parametrize(
-    "cfg", [c for c in compiled.BACKED if c.scaling != "mx" and c.epilogue == "plain"], ids=lambda c: c.name
+    "cfg", [c for c in family.BACKED if c.scaling != "mx" and c.epilogue == "plain"], ids=lambda c: c.name
 )
 def test_backed_matches_reference(cfg: KernelConfig, shape: tuple[int, int, int]) -> None:
     m, n, k = shape
@@ -73,7 +73,7 @@ def test_backed_matches_reference(cfg: KernelConfig, shape: tuple[int, int, int]
 
 @pytest.mark.parametrize("shape", [(1000, 1504, 8 * 53), (4096, 4096, 4096)])
 @pytest.mark.parametrize(
-    "cfg", [c for c in compiled.BACKED if c.scaling != "mx" and c.epilogue != "plain"], ids=lambda c: c.name
+    "cfg", [c for c in family.BACKED if c.scaling != "mx" and c.epilogue != "plain"], ids=lambda c: c.name
 )
 def test_fused_epilogue_matches_reference(cfg: KernelConfig, shape: tuple[int, int, int]) -> None:
     """bias / GELU / dGELU / bias-gradient epilogues on hardware, and their bias gradients the same bits
@@ -116,7 +116,7 @@ def test_launch_is_graph_capturable() -> None:
 @pytest.mark.parametrize("epi", ["bias_gelu", "dgelu_bgrad", "bgrad"])
 def test_fused_epilogue_is_graph_capturable(epi: str) -> None:
     """The epilogue's extra work (fp32 bias, partial workspaces and their reduction) replays in a graph."""
-    cfg = next(c for c in compiled.BACKED if c.epilogue == epi and c.lhs_format is Format.BF16)
+    cfg = next(c for c in family.BACKED if c.epilogue == epi and c.lhs_format is Format.BF16)
     plan = with_epilogue(plan_for(cfg, 512, 512, 512, device="cuda"), 7)
     launch.execute(outputs(plan), "flydsl")  # compile outside the capture
     got = outputs(plan)

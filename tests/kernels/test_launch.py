@@ -9,7 +9,7 @@ import struct
 import pytest
 import torch
 
-from te_flydsl_plugin.flydsl import compiled, launch
+from te_flydsl_plugin.flydsl import family, launch
 from te_flydsl_plugin.flydsl.kernels import gemm, select
 from te_flydsl_plugin.flydsl.kernels.config import KernelConfig
 from te_flydsl_plugin.flydsl.plan import split
@@ -46,7 +46,7 @@ def _meta_plan(fmt: Format, m: int, n: int, k: int, lk: bool, rk: bool) -> GemmP
 def test_operands_over_2gib_launch_in_pieces(case: tuple) -> None:
     _, fmt, m, n, k, lk, rk = case
     plan = _meta_plan(fmt, m, n, k, lk, rk)
-    assert plan.config in compiled.BACKED
+    assert plan.config in family.BACKED
     sizes = [t.numel() * t.element_size() for t in (plan.lhs.data, plan.rhs.data, plan.out)]
     assert max(sizes) > LIMIT, sizes
     assert len(plan.pieces) > 1
@@ -109,7 +109,7 @@ def test_unknown_mode_and_epilogue_are_refused() -> None:
 def test_select_picks_a_backed_config(fmt: Format, tile_k: int, k_major: tuple[bool, bool]) -> None:
     for m, n, k in ((1, 1, 16), (4096, 4096, 4096), (32768, 59136, 8192), (300, 136, 64), (2048, 1024, 512)):
         got = select.select(KernelConfig(fmt, fmt, *k_major, Format.BF16), m, n, k)
-        assert got in compiled.BACKED
+        assert got in family.BACKED
         small_grid = -(-m // 256) * -(-n // 256) < select.SMALL_GRID
         small = small_grid and all(k_major) and fmt is not Format.FP32
         # 256 x 256 runs on 4 waves (AGPR accumulators), fp32 on 8 (LLVM's MFMAs); 128 x 128 on 8.

@@ -19,7 +19,7 @@ import torch
 
 import te_flydsl_plugin as tp
 from te_flydsl_plugin import llvm
-from te_flydsl_plugin.flydsl import compiled, launch
+from te_flydsl_plugin.flydsl import compiled, family, launch
 from te_flydsl_plugin.flydsl.executors import run_reference
 from te_flydsl_plugin.flydsl.kernels import mx
 from te_flydsl_plugin.flydsl.kernels.config import KernelConfig
@@ -31,8 +31,8 @@ from ..gemm_cases import make_mxfp8, make_operand, shapes, te_math
 from .helpers import needs_toolchain, plan_of, run_and_compare, tolerance, with_epilogue
 
 F = Format
-MX_BACKED = [c for c in compiled.BACKED if c.scaling == "mx" and c.epilogue == "plain"]
-MX_EPILOGUES = [c for c in compiled.BACKED if c.scaling == "mx" and c.epilogue != "plain"]
+MX_BACKED = [c for c in family.BACKED if c.scaling == "mx" and c.epilogue == "plain"]
+MX_EPILOGUES = [c for c in family.BACKED if c.scaling == "mx" and c.epilogue != "plain"]
 _TORCH_OUT = {F.FP32: torch.float32, F.BF16: torch.bfloat16, F.FP16: torch.float16}
 
 
@@ -140,7 +140,7 @@ def test_mx_epilogue_matches_reference(cfg: KernelConfig) -> None:
 def test_mx_several_tiles_and_groups(m: int, n: int, k: int, k_major: tuple[bool, bool]) -> None:
     """Several workgroups, three K groups (the last one partial), and a K of one 32-block."""
     cfg = KernelConfig(F.MXFP8_E5M2, F.MXFP8_E4M3, *k_major, F.FP32, tile_k=mx.TILE_K)
-    assert cfg in compiled.BACKED
+    assert cfg in family.BACKED
     _run_and_compare(_plan(cfg, m, n, k, 1.0, 0.0))
 
 

@@ -15,6 +15,10 @@ from dataclasses import dataclass
 
 from ...spec import Format
 
+# Output columns per accumulator block, stored as one vector (gemm.store_tile): N, a given D's leading
+# stride and start must be multiples of it (the matrix declines the rest).
+OUT_VEC = 4
+
 
 @dataclass(frozen=True)
 class KernelConfig:
@@ -27,7 +31,7 @@ class KernelConfig:
     tile_m: int = 256
     tile_n: int = 256
     tile_k: int = 64
-    waves: int = 4  # 2 x 2 waves; 8 (2 x 4) for fp32 and the 128 x 128 tiles (compiled.FAMILY)
+    waves: int = 4  # 2 x 2 waves; 8 (2 x 4) for fp32 and the 128 x 128 tiles (family.FAMILY)
 
     @property
     def scaling(self) -> str:

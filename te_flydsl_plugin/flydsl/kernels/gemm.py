@@ -39,9 +39,8 @@ import flydsl.expr as fx
 from flydsl.expr import const_expr, range_constexpr, rocdl
 
 from ...spec import Format
-from ..matrix import OUT_VEC  # output columns per accumulator block: one vector store (store_tile)
 from . import epilogue, mfma, mx, rowsum
-from .config import KernelConfig
+from .config import OUT_VEC, KernelConfig
 
 WAVE_SIZE = 64
 DMA_BYTES = 16  # one direct global->LDS transfer per lane

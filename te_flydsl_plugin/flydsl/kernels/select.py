@@ -22,7 +22,7 @@ default tiles) and its M, N, K. The answer is always a config of the family:
    Nothing was measured on gfx950: ``te-flydsl-plugin bench`` on hardware decides. 128 x 128 tiles
    stay on 8 waves.
 
-Only configs in ``compiled.BACKED`` are chosen beyond the default, so the heuristic never picks a
+Only configs in ``family.BACKED`` are chosen beyond the default, so the heuristic never picks a
 kernel that was not compiled, ISA-checked and run in the emulator.
 """
 
@@ -54,7 +54,7 @@ def select(cfg: KernelConfig, m: int, n: int, k: int) -> KernelConfig:
     """The family config for an ``m x n x k`` problem of ``cfg``'s kind (see the module docstring)."""
     del k  # the runtime K loop makes the tile independent of K
     tile_k = TILE_K.get(cfg.lhs_format, cfg.tile_k)
-    from ..compiled import BACKED
+    from ..family import BACKED
 
     big = dataclasses.replace(cfg, tile_m=256, tile_n=256, tile_k=tile_k, waves=4)
     if big not in BACKED:
