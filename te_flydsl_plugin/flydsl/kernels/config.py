@@ -18,6 +18,9 @@ from ...spec import Format
 # Output columns per accumulator block, stored as one vector (gemm.store_tile): N, a given D's leading
 # stride and start must be multiples of it (the matrix declines the rest).
 OUT_VEC = 4
+# A raw buffer byte offset past any buffer a launch addresses (the plan keeps spans below 2**31 - 1):
+# a buffer load from it returns 0 and touches no memory, a store is dropped (buffer range checking).
+OOB_OFFSET = 0x7FFFFFFF
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from flydsl.expr.typing import T
 
 from .. import mx_layout
 from . import mfma
+from .config import OOB_OFFSET
 
 if TYPE_CHECKING:
     import torch
@@ -41,7 +42,6 @@ if TYPE_CHECKING:
 STEPS_PER_WORD = mx_layout.STEPS_PER_WORD  # K tiles per scale word (tile_k == 128)
 WORDS_PER_GROUP = 64  # dwords per (16-row tile, word group): one per lane
 TILE_K = mx_layout.MFMA_K  # one K-step per K tile: one scale byte per tile
-_OOB = 0x7FFFFFFF  # a byte offset past any buffer: the load returns 0 and touches no memory
 
 
 def k_of_lds_column(c: fx.Int32) -> fx.Int32:
@@ -97,7 +97,7 @@ def load_words(sw: ScaleWords, group: fx.Int32, groups: fx.Int32) -> list[fx.Int
     loop rewriter would carry any local whose method is called in a runtime loop body as loop state,
     and a ScaleWords is not an IR value.
     """
-    voff = fx.as_ir_value((groups > 0).select(sw.lane_bytes, _OOB))
+    voff = fx.as_ir_value((groups > 0).select(sw.lane_bytes, OOB_OFFSET))
     words = []
     for tile in sw.tiles:
         soff = fx.Int32(fx.get_scalar(fx.crd2idx((fx.Int32(tile), group * WORDS_PER_GROUP), sw.layout))) * 4

@@ -26,11 +26,10 @@ from flydsl._mlir.dialects import rocdl as _rocdl
 from flydsl.expr.typing import T
 
 from .. import mx_layout, toolchain
+from .config import OOB_OFFSET
 
 THREADS = 256
 _WORDS_PER_TILE_STEP = 64  # words per (16-row tile, word group T): lane = 16 g + i
-_PAD = 127
-_OOB = 0x7FFFFFFF  # a byte offset past any buffer: the load returns 0 and touches no memory
 _DEFAULT_STREAM = fx.Stream(None)  # the launcher's default: the null stream
 
 
@@ -67,11 +66,12 @@ def scale_pack_kernel(
             off = fx.Int32(fx.get_scalar(fx.crd2idx((r, j), s_layout)))
         else:
             off = fx.Int32(fx.get_scalar(fx.crd2idx((j, r), s_layout)))
-        off = fx.arith.select(ok, off, fx.Int32(_OOB))
+        off = fx.arith.select(ok, off, fx.Int32(OOB_OFFSET))
         byte = _rocdl.raw_ptr_buffer_load(T.i8, s_rsrc, fx.as_ir_value(off), fx.as_ir_value(fx.Int32(0)))
-        val = fx.arith.select(ok, fx.Int32(fx.arith.extui(T.i32, byte)), fx.Int32(_PAD))
+        val = fx.arith.select(ok, fx.Int32(fx.arith.extui(T.i32, byte)), fx.Int32(mx_layout.PAD_BYTE))
         word = word | (val << fx.Int32(8 * b))
-    out_off = fx.arith.select(word_ok, (tile * n_t * fx.Int32(_WORDS_PER_TILE_STEP) + w) * fx.Int32(4), fx.Int32(_OOB))
+    word_off = (tile * n_t * fx.Int32(_WORDS_PER_TILE_STEP) + w) * fx.Int32(4)
+    out_off = fx.arith.select(word_ok, word_off, fx.Int32(OOB_OFFSET))
     _rocdl.raw_ptr_buffer_store(fx.as_ir_value(word), p_rsrc, fx.as_ir_value(out_off), fx.as_ir_value(fx.Int32(0)))
 
 
