@@ -169,7 +169,7 @@ def compile_config(cfg: KernelConfig, arch: str = "gfx950") -> CompiledKernel:
         return ck
 
 
-_launchers: dict[str, Any] = {}
+_launchers: dict[tuple[str, str], Any] = {}  # (config name, arch) -> compiled function
 _launchers_lock = threading.Lock()
 
 
@@ -183,7 +183,7 @@ def launcher(cfg: KernelConfig, args: tuple, arch: str = "gfx950") -> Any:
     Calling the result launches on the stream passed as its last argument.
     """
     with _launchers_lock:
-        fn = _launchers.get(cfg.name)
+        fn = _launchers.get((cfg.name, arch))
         if fn is None:
             import flydsl.compiler as flyc
 
@@ -191,7 +191,7 @@ def launcher(cfg: KernelConfig, args: tuple, arch: str = "gfx950") -> Any:
 
             with toolchain.compile_for(arch):
                 fn = flyc.compile(gemm.gemm_launch, *args)
-            _launchers[cfg.name] = fn
+            _launchers[cfg.name, arch] = fn
         return fn
 
 
