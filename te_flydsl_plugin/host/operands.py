@@ -50,10 +50,14 @@ for _cls in (torch.Tensor, torch.nn.Parameter, Fp8Operand, MXFP8Operand, OutputQ
     _converters[_cls] = _identity
 
 
-def register(cls: type, to_view: Converter) -> None:
-    """Teach the host a tensor class: ``to_view(obj)`` must be cheap (no sync, no copy, no env)."""
+def register(cls: type, to_view: Converter, key: Callable[[Any], Any] | None = None) -> None:
+    """Teach the host a tensor (or quantizer) class: ``to_view(obj)`` must be cheap (no sync, no copy,
+    no env). ``key(obj)``, for a quantizer class: a cheap hashable of every attribute ``to_view`` reads
+    (the verdict cache keys a call by it instead of building the descriptor per call)."""
     with _lock:
         _converters[cls] = to_view
+        if key is not None:
+            _quantizer_keys[cls] = key
         # Forget MRO-derived entries: a new registration may be more specific for some subclass.
         for k in [k for k, v in _converters.items() if getattr(v, "_derived", False)]:
             del _converters[k]
@@ -165,6 +169,24 @@ def spec_of(v: View) -> OperandSpec:
             devices=devices_of(*stores, v.rowwise_scale_inv, v.columnwise_scale_inv),
         )
     return OperandSpec(v.format, tuple(v.shape), rowwise=False, detail=v.detail)
+
+
+def _descriptor_key(q: OutputQuantizer) -> Any:
+    return q.spec, q.quantize is None
+
+
+_quantizer_keys: dict[type, Callable[[Any], Any]] = {OutputQuantizer: _descriptor_key}
+
+
+def quantizer_key(q: Any) -> Any:
+    """A cheap hashable with everything :func:`quantizer_of` depends on, for the verdict cache: the class,
+    and what its registered key reads (by MRO, as converters are found); the class alone for a class no
+    seam registered a key for (its descriptor depends on nothing else)."""
+    cls = type(q)
+    key = _quantizer_keys.get(cls)
+    if key is None:
+        key = next((_quantizer_keys[b] for b in cls.__mro__[1:] if b in _quantizer_keys), None)
+    return (cls, key(q)) if key is not None else cls
 
 
 def quantizer_of(q: Any, executable: bool = False) -> OutputQuantizer | None:

@@ -116,6 +116,11 @@ _QUANTIZER_CLASSES: tuple[tuple[str, str, str | None], ...] = (
 )
 
 
+def _quantizer_key(q: Any) -> tuple[Any, bool, bool]:
+    """What ``make_quantizer_view``'s adapter reads of a quantizer (its FP8 dtype and usages)."""
+    return int(q.dtype), bool(q.rowwise_usage), bool(q.columnwise_usage)
+
+
 def _shape_of(obj: Any) -> tuple[int, ...]:
     """Logical shape of a TE storage for a rejection message; () when it cannot say."""
     try:
@@ -286,7 +291,8 @@ def register_te_types(tex: ModuleType) -> list[str]:
     ):
         cls = _optional(module, name)
         if cls is not None:
-            operands.register(cls, view)
+            key = _quantizer_key if any(name == q for _, q, scaling in _QUANTIZER_CLASSES if scaling) else None
+            operands.register(cls, view, key)
             done.append(name)
     return done
 

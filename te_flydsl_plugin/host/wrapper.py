@@ -77,8 +77,9 @@ def wrap_generic_gemm(native: Callable[..., Any]) -> Callable[..., Any]:
         else:
             vb = operands.view(B)
             b0, b1, b2, b3, b4 = operands.key_of(vb), None, None, None, None
-        # An output quantizer is keyed by its facts (the TE seam's converter reads them; quantized calls only).
-        vq = None if quantizer is None else operands.quantizer_of(quantizer, executable=True)
+        # An output quantizer is keyed by what its descriptor is built from; the descriptor is built only
+        # to decide or to run.
+        qkey = None if quantizer is None else operands.quantizer_key(quantizer)
         # D, bias and gelu_in are keyed only when given (TE passes them rarely): a shorter key hashes and
         # compares faster. One that is not a tensor is keyed by its type; the problem declines it (SHAPE).
         if D is None and bias is None and gelu_in is None:
@@ -87,18 +88,21 @@ def wrap_generic_gemm(native: Callable[..., Any]) -> Callable[..., Any]:
             rest = (_extra_key(D, True), _extra_key(bias, False), _extra_key(gelu_in, False))
         key = (
             a0, a1, a2, a3, a4, b0, b1, b2, b3, b4, transA, transB, output_dtype, gelu, grad, accumulate,
-            None if vq is None else vq.spec, comm is None and ctype is None and extra is None, bulk, alpha, beta, rest,
+            qkey, comm is None and ctype is None and extra is None, bulk, alpha, beta, rest,
         )  # fmt: skip
         if unknown:
             key = (key, unknown)
         decision = d.cache.get(key)
+        vq = None
         if decision is None:
+            vq = _quantizer(quantizer)
             dev = _device(vb)
             arch = d.settings.target_arch or arch_of(*dev)
             call = _call(va, vb, vq, required, (comm, ctype, extra, bulk, alpha, beta))
             p = problem.build(call, operands.spec_of(va), operands.spec_of(vb), arch, dev[0])
             decision = d.decide(key, p, _unknown_reason(unknown) if unknown else None)
         if decision.ok:
+            vq = vq or _quantizer(quantizer)
             call = _call(va, vb, vq, required, (comm, ctype, extra, bulk, alpha, beta))
             out = d.backend.run(decision.problem, call)
             decision.tally.hit()
@@ -110,6 +114,11 @@ def wrap_generic_gemm(native: Callable[..., Any]) -> Callable[..., Any]:
 
     generic_gemm.__te_flydsl_native__ = native  # type: ignore[attr-defined]
     return generic_gemm
+
+
+def _quantizer(q: Any) -> Any:
+    """The call's output quantizer descriptor (None for none); one without a quantize function is declined."""
+    return None if q is None else operands.quantizer_of(q, executable=True)
 
 
 def _extra_key(t: Any, start: bool) -> Any:
