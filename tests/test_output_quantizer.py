@@ -175,3 +175,35 @@ def test_a_quantized_d_is_never_written_into():
     d = torch.zeros(24, 40).bfloat16().as_subclass(Quantized)
     assert "D is a test_a_quantized_d_is_never_written_into.<locals>.Quantized" in _declined(None, D=d)
     assert not d.any()
+
+
+def test_a_quantizer_changed_in_place_gets_its_own_verdict():
+    """The verdict cache keys a quantizer by what its converter reads (``operands.register(..., key)``):
+    TE's ``set_usage`` flips a quantizer's usages in place, and the next call must see the new ones."""
+    from te_flydsl_plugin.host import operands
+
+    class Usage:  # a framework quantizer whose columnwise usage is switched in place
+        def __init__(self, quant: TorchQuantizer) -> None:
+            self.quant, self.columnwise = quant, False
+
+    def to_view(q: Usage) -> OutputQuantizer:
+        spec = QuantizerSpec("current", Format.FP8_E4M3, columnwise=q.columnwise)
+        return OutputQuantizer(spec, q.quant)
+
+    operands.register(Usage, to_view, key=lambda q: q.columnwise)
+    seen = []
+    dispatch.configure(backend="flydsl", executor="reference", env={})
+    backend = dispatch.current().backend
+    run = backend.run
+    backend.run = lambda problem, call: seen.append(problem.output_quantizer) or run(problem, call)
+    try:
+        q = Usage(TorchQuantizer("current", Format.FP8_E4M3))
+        a, b = torch.randn(24, 64).bfloat16(), torch.randn(40, 64).bfloat16()
+        gemm = tp.wrap_generic_gemm(RecordingNative())
+        for columnwise in (False, True, False):
+            q.columnwise = columnwise
+            gemm(*_args(a, b, Layout.TN, q, torch.bfloat16))
+    finally:
+        del backend.run
+    assert [s.columnwise for s in seen] == [False, True, False]
+    assert len(q.quant.seen) == 3
