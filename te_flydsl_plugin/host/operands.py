@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from ..operands import Fp8Operand, InvalidOperand, MXFP8Operand, OutputQuantizer
+from ..operands import FP8_TORCH_DTYPES, Fp8Operand, InvalidOperand, MXFP8Operand, OutputQuantizer
 from ..spec import Format, OperandSpec, QuantizerSpec
 
 
@@ -37,7 +37,11 @@ _TORCH_FORMATS: dict[Any, Format] = {
 }
 # Formats name themselves, so callers without torch or TE dtypes (the CLI) can pass them directly.
 _TORCH_DTYPES = {f: dt for dt, f in _TORCH_FORMATS.items()}
-_dtype_formats: dict[Any, Format] = {**_TORCH_FORMATS, **{f: f for f in Format}}
+_dtype_formats: dict[Any, Format] = {
+    **_TORCH_FORMATS,
+    **{f: f for f in Format},
+    **{dt: f for f, dt in FP8_TORCH_DTYPES.items() if f.is_fp8},  # a torch FP8 tensor holds per-tensor FP8 bytes
+}
 _converters: dict[type, Converter] = {}
 _lock = threading.Lock()
 
