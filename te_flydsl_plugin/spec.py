@@ -224,7 +224,7 @@ class GemmProblem:
     out_dtype: Format
     out_given: bool = False
     out_contiguous: bool = True
-    out_aligned: bool = True  # D (when given) starts on a multiple of 4 elements (its storage offset)
+    out_align: int = 256  # D (when given): the largest power of two, up to 256, dividing its start in bytes
     out_matches: bool = True  # D (when given) has out_shape's element count and out_dtype
     bias: bool = False
     bias_dtype: Format | None = None

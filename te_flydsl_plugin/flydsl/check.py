@@ -156,7 +156,7 @@ def check(problem: GemmProblem, executor: str, caps: Capabilities | None = None)
             )
     if p.out_given and not p.out_contiguous:
         no(ReasonCode.ALIGNMENT, "a given D must be contiguous", "out")
-    if p.out_given and not p.out_aligned:
+    if p.out_given and p.out_align < matrix.OUT_VEC * max(p.out_dtype.itemsize, 1):
         no(ReasonCode.ALIGNMENT, f"a given D must start on a multiple of {matrix.OUT_VEC} elements", "out")
     if not p.epilogue_contiguous:
         no(ReasonCode.ALIGNMENT, "bias and gelu_in must be contiguous", "epilogue")

@@ -115,13 +115,13 @@ def build(call: GemmCall, a_spec: OperandSpec, b_spec: OperandSpec, arch: str, d
     out_dtype = operands.format_of_dtype(call.output_dtype) if call.output_dtype is not None else Format.OTHER
     d = call.D
     out_given = d is not None
-    out_contig, out_aligned, out_matches = True, True, True
+    out_contig, out_align, out_matches = True, operands.MAX_ALIGN, True
     if out_given:
         d_fmt = operands.format_of_dtype(d.dtype)
         if call.output_dtype is None:
             out_dtype = d_fmt
         out_contig = d.is_contiguous()
-        out_aligned = d.storage_offset() % 4 == 0
+        out_align = operands.start_align(d)
         out_matches = tuple(d.shape) == out_shape and d_fmt is out_dtype
         if not out_matches:
             errors.append(f"D {tuple(d.shape)} {d.dtype} does not hold the {out_shape} {out_dtype.value} output")
@@ -149,7 +149,7 @@ def build(call: GemmCall, a_spec: OperandSpec, b_spec: OperandSpec, arch: str, d
         out_dtype=out_dtype,
         out_given=out_given,
         out_contiguous=out_contig,
-        out_aligned=out_aligned,
+        out_align=out_align,
         out_matches=out_matches,
         bias=has_bias,
         bias_dtype=operands.format_of_dtype(call.bias.dtype) if has_bias else None,
