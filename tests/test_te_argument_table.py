@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import torch
 
-from te_flydsl_plugin.host import te as seam
+from te_flydsl_plugin.host import te_types
 from te_flydsl_plugin.host.operands import Unsupported
 from te_flydsl_plugin.operands import Fp8Operand, MXFP8Operand, OutputQuantizer
 from te_flydsl_plugin.spec import Format, GemmCall, QuantizerSpec
@@ -150,7 +150,7 @@ class Native:
 
 @pytest.fixture(scope="module", autouse=True)
 def te_dtypes() -> None:
-    seam.register_dtypes(DType)
+    te_types.register_dtypes(DType)
 
 
 def run_probe(probe: str, reference_dispatcher: Any) -> tuple[str, dict[str, Any], Native, list[Any]]:
