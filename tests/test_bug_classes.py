@@ -12,7 +12,7 @@ import torch
 import te_flydsl_plugin as tp
 from te_flydsl_plugin.flydsl import plan as _plan
 from te_flydsl_plugin.flydsl.executors import run_reference
-from te_flydsl_plugin.host import operands, problem
+from te_flydsl_plugin.host import problem, views
 from te_flydsl_plugin.spec import Format, GemmCall, Layout
 
 from .gemm_cases import assert_close, shapes, te_math
@@ -51,8 +51,8 @@ def declined(native, code: str) -> None:
         ({"output_dtype": torch.float64}, "FORMAT"),
         ({"A": torch.randn(24, 32, dtype=torch.float64)}, "FORMAT"),
         ({"A": torch.randn(24, 32).to(torch.float16)}, "FORMAT"),  # mixed bf16 x fp16
-        ({"A": operands.Unsupported(Format.NVFP4, (24, 32), "NVFP4Tensor")}, "FORMAT"),
-        ({"A": operands.Unsupported(Format.FP8_BLOCK, (24, 32), "Float8BlockwiseQTensor")}, "FORMAT"),
+        ({"A": views.Unsupported(Format.NVFP4, (24, 32), "NVFP4Tensor")}, "FORMAT"),
+        ({"A": views.Unsupported(Format.FP8_BLOCK, (24, 32), "Float8BlockwiseQTensor")}, "FORMAT"),
         ({"A": object()}, "FORMAT"),  # an unknown class is a declined problem, never an exception
         ({"D": torch.empty(24, 40, dtype=torch.bfloat16).t()}, "ALIGNMENT"),  # non-contiguous D
     ],
@@ -105,7 +105,7 @@ def problem_verdict(m: int, n: int):  # type: ignore[no-untyped-def]
 
     a, b = torch.randn(n, 32).bfloat16(), torch.randn(m, 32).bfloat16()
     c = GemmCall(a, True, b, False, None, None, torch.bfloat16, None, None, False, None, False, None, 0, False, False)
-    return check.check(problem.build(c, operands.spec_of(a), operands.spec_of(b), "gfx950", "cpu"), "reference")
+    return check.check(problem.build(c, views.spec_of(a), views.spec_of(b), "gfx950", "cpu"), "reference")
 
 
 def test_tt_layout_goes_to_te(reference_dispatcher, native):
@@ -180,9 +180,7 @@ def test_operands_over_2gib_are_accepted_and_split(name, layout, m, n, k):
 
     c = _meta_call(layout, m, n, k)
     # A what-if on meta tensors (no memory): the problem as it would be on one real device.
-    p = dataclasses.replace(
-        problem.build(c, operands.spec_of(c.A), operands.spec_of(c.B), "gfx950", "meta"), devices=()
-    )
+    p = dataclasses.replace(problem.build(c, views.spec_of(c.A), views.spec_of(c.B), "gfx950", "meta"), devices=())
     assert max(p.a.nbytes, p.b.nbytes, p.m * p.n * 2) > 2**31, "the case must really exceed 2 GiB"
     verdict = check.check(p, "reference")
     assert verdict.ok, verdict
@@ -209,7 +207,7 @@ def test_split_pieces_compute_the_same_result(layout, epi):
     gelu_in = torch.randn(m, n, generator=gen) if epi == "dgelu" else None
     c = GemmCall(a, layout is Layout.TN, b, layout is Layout.NT, None, None, torch.float32, bias, None,
                  epi == "dgelu", gelu_in, epi in ("bgrad", "dgelu"), None, 0, False, False)  # fmt: skip
-    p = problem.build(c, operands.spec_of(a), operands.spec_of(b), "cpu", "cpu")
+    p = problem.build(c, views.spec_of(a), views.spec_of(b), "cpu", "cpu")
     plan = _plan.build(p, c, limit=1_200_000)
     assert len({(pc.m0, pc.m1) for pc in plan.pieces}) == 3, "M must be split (the output window is too big)"
     # K is split exactly when an operand is not K-major (its window spans whole K rows of the other dim).
@@ -253,5 +251,5 @@ def test_gelu_pre_activation_has_tes_dtype(operands_fp8, out_dtype, quantizer, w
         a, b = a.bfloat16(), b.bfloat16()
     q = None if quantizer is None else OutputQuantizer(QuantizerSpec(quantizer, Format.FP8_E4M3))
     c = GemmCall(a, True, b, False, None, q, out_dtype, None, torch.bfloat16, True, None, False, None, 0, False, False)
-    p = problem.build(c, operands.spec_of(a), operands.spec_of(b), "gfx950", "cpu")
+    p = problem.build(c, views.spec_of(a), views.spec_of(b), "gfx950", "cpu")
     assert p.aux_dtype is want

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 import te_flydsl_plugin as tp
 from te_flydsl_plugin import Fp8Operand, MXFP8Operand, llvm
-from te_flydsl_plugin.host import dispatch, operands
+from te_flydsl_plugin.host import dispatch, views
 from te_flydsl_plugin.spec import Format, Layout
 
 from .gemm_cases import dgelu64, gelu64, make_fp8, make_operand, shapes, te_math
@@ -51,7 +51,7 @@ def _contradicting_view(t: Contradicting) -> Any:
     return Fp8Operand(torch.zeros(t.shape, dtype=torch.bfloat16), None, torch.ones(1), Format.FP8_E4M3)
 
 
-operands.register(Contradicting, _contradicting_view)
+views.register(Contradicting, _contradicting_view)
 
 
 def _placed(values: torch.Tensor, dtype: torch.dtype, how: str) -> torch.Tensor:

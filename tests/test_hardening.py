@@ -312,12 +312,12 @@ def test_descriptors_with_contradicting_fields_are_refused_at_construction(build
 
 def test_a_framework_tensor_with_contradicting_fields_is_declined(reference_dispatcher, native):
     """A converter (TE's seam) building an invalid descriptor: declined FORMAT, never an error mid-GEMM."""
-    from te_flydsl_plugin.host import operands
+    from te_flydsl_plugin.host import views
 
     class FakeFp8:  # bf16 bytes where FP8 bytes belong
         shape = (16, 32)
 
-    operands.register(FakeFp8, lambda t: _fp8(data=torch.zeros(16, 32, dtype=torch.bfloat16)))
+    views.register(FakeFp8, lambda t: _fp8(data=torch.zeros(16, 32, dtype=torch.bfloat16)))
     args = tn_args(A=FakeFp8())
     tp.wrap_generic_gemm(native)(*args)
     declined_to_te(native, args, "FORMAT")

@@ -20,7 +20,7 @@ from te_flydsl_plugin import llvm
 from te_flydsl_plugin.flydsl import plan as _plan
 from te_flydsl_plugin.flydsl.kernels import scale_pack
 from te_flydsl_plugin.flydsl.plugin import FlydslBackend
-from te_flydsl_plugin.host import dispatch, operands, problem
+from te_flydsl_plugin.host import dispatch, problem, views
 from te_flydsl_plugin.spec import Format, GemmCall, Layout
 
 from .gemm_cases import assert_close, make_mxfp8, shapes, te_math
@@ -111,7 +111,7 @@ def test_one_pack_launch_per_operand_on_every_call(layout: Layout) -> None:
     a, a_vals, b, b_vals, _, _ = _operands(layout)
     c = GemmCall(a, layout is Layout.TN, b, layout is Layout.NT, None, None, torch.float32, None, None, False,
                  None, False, None, 0, False, False)  # fmt: skip
-    p = problem.build(c, operands.spec_of(a), operands.spec_of(b), "cpu", "cpu")
+    p = problem.build(c, views.spec_of(a), views.spec_of(b), "cpu", "cpu")
     for call in ("first", "second"):
         before = scale_pack.launch_counts["emulator"]
         plan = _plan.build(p, c, pack=backend._packer("emulator"))

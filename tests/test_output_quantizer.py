@@ -178,9 +178,9 @@ def test_a_quantized_d_is_never_written_into():
 
 
 def test_a_quantizer_changed_in_place_gets_its_own_verdict():
-    """The verdict cache keys a quantizer by what its converter reads (``operands.register(..., key)``):
+    """The verdict cache keys a quantizer by what its converter reads (``views.register(..., key)``):
     TE's ``set_usage`` flips a quantizer's usages in place, and the next call must see the new ones."""
-    from te_flydsl_plugin.host import operands
+    from te_flydsl_plugin.host import views
 
     class Usage:  # a framework quantizer whose columnwise usage is switched in place
         def __init__(self, quant: TorchQuantizer) -> None:
@@ -190,7 +190,7 @@ def test_a_quantizer_changed_in_place_gets_its_own_verdict():
         spec = QuantizerSpec("current", Format.FP8_E4M3, columnwise=q.columnwise)
         return OutputQuantizer(spec, q.quant)
 
-    operands.register(Usage, to_view, key=lambda q: q.columnwise)
+    views.register(Usage, to_view, key=lambda q: q.columnwise)
     seen = []
     dispatch.configure(backend="flydsl", executor="reference", env={})
     backend = dispatch.current().backend

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from te_flydsl_plugin.host import te_types
-from te_flydsl_plugin.host.operands import Unsupported
+from te_flydsl_plugin.host.views import Unsupported
 from te_flydsl_plugin.operands import Fp8Operand, MXFP8Operand, OutputQuantizer
 from te_flydsl_plugin.spec import Format, GemmCall, QuantizerSpec
 

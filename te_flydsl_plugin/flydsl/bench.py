@@ -180,16 +180,16 @@ def require_gfx950() -> None:
 def problem_for(shape: Shape, kind: str, device: torch.device, arch: str) -> tuple[GemmProblem, GemmCall]:
     """(problem, call) of one suite GEMM as TE would call it, with operands on ``device`` (``meta``
     builds it from shapes alone, judged as on one real device: meta tensors are otherwise declined)."""
-    from ..host import operands as host_operands
     from ..host import problem as host_problem
+    from ..host import views
 
     a_fmt, b_fmt = formats(kind, shape.layout)
     a_shape, b_shape = host_problem.operand_shapes(shape.layout, shape.m, shape.n, shape.k)
     a, b = _operand(a_fmt, a_shape, device), _operand(b_fmt, b_shape, device)
-    torch_out = host_operands.torch_dtype_of(_OUT[kind])
+    torch_out = views.torch_dtype_of(_OUT[kind])
     call = GemmCall(a, shape.layout is Layout.TN, b, shape.layout is Layout.NT, None, None, torch_out,
                     *_epilogue_args(shape, torch_out, device), None, 0, False, False)  # fmt: skip
-    problem = host_problem.build(call, host_operands.spec_of(a), host_operands.spec_of(b), arch, device.type)
+    problem = host_problem.build(call, views.spec_of(a), views.spec_of(b), arch, device.type)
     if device.type == "meta":
         problem = dataclasses.replace(problem, devices=())
     return problem, call

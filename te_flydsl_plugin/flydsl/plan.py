@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from ..host.operands import format_of_dtype, torch_dtype_of
+from ..host.views import format_of_dtype, torch_dtype_of
 from ..operands import Fp8Operand, MXFP8Operand
 from ..spec import GemmCall, GemmProblem, Layout
 from . import matrix

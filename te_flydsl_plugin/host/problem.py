@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from ..spec import Format, GemmCall, GemmProblem, Layout, OperandSpec
-from . import operands
+from . import views
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
@@ -90,9 +90,9 @@ def _aux_format(call: GemmCall, low_precision: bool, result: Format) -> Format |
     if not call.gelu:
         return None
     if call.grad and isinstance(call.gelu_in, torch.Tensor):  # forward GELU ignores a given gelu_in
-        return operands.format_of_dtype(call.gelu_in.dtype)
-    fmt = operands.format_of_dtype(call.bias_type) if low_precision else result
-    return fmt if operands.torch_dtype_of(fmt) is not None else result
+        return views.format_of_dtype(call.gelu_in.dtype)
+    fmt = views.format_of_dtype(call.bias_type) if low_precision else result
+    return fmt if views.torch_dtype_of(fmt) is not None else result
 
 
 def build(call: GemmCall, a_spec: OperandSpec, b_spec: OperandSpec, arch: str, device_type: str = "") -> GemmProblem:
@@ -112,16 +112,16 @@ def build(call: GemmCall, a_spec: OperandSpec, b_spec: OperandSpec, arch: str, d
     errors = []
     if ka != kb:
         errors.append(f"reduction lengths differ: A gives K={ka}, B gives K={kb} for {layout.value}")
-    out_dtype = operands.format_of_dtype(call.output_dtype) if call.output_dtype is not None else Format.OTHER
+    out_dtype = views.format_of_dtype(call.output_dtype) if call.output_dtype is not None else Format.OTHER
     d = call.D
     out_given = d is not None
-    out_contig, out_align, out_matches = True, operands.MAX_ALIGN, True
+    out_contig, out_align, out_matches = True, views.MAX_ALIGN, True
     if out_given:
-        d_fmt = operands.format_of_dtype(d.dtype)
+        d_fmt = views.format_of_dtype(d.dtype)
         if call.output_dtype is None:
             out_dtype = d_fmt
         out_contig = d.is_contiguous()
-        out_align = operands.start_align(d)
+        out_align = views.start_align(d)
         out_matches = tuple(d.shape) == out_shape and d_fmt is out_dtype
         if not out_matches:
             errors.append(f"D {tuple(d.shape)} {d.dtype} does not hold the {out_shape} {out_dtype.value} output")
@@ -135,8 +135,8 @@ def build(call: GemmCall, a_spec: OperandSpec, b_spec: OperandSpec, arch: str, d
     aux = call.gelu_in if call.gelu and call.grad else None
     if aux is not None and tuple(aux.shape) != out_shape:
         errors.append(f"gelu_in {tuple(aux.shape)} is not the {out_shape} pre-activation")
-    devices = {*a_spec.devices, *b_spec.devices, *operands.devices_of(d, call.bias, aux)}
-    quant = None if call.quantizer is None else operands.quantizer_of(call.quantizer).spec
+    devices = {*a_spec.devices, *b_spec.devices, *views.devices_of(d, call.bias, aux)}
+    quant = None if call.quantizer is None else views.quantizer_of(call.quantizer).spec
     result = GemmProblem.result_format(quant, a_spec.format, b_spec.format, out_dtype)
     return GemmProblem(
         layout=layout,
@@ -152,7 +152,7 @@ def build(call: GemmCall, a_spec: OperandSpec, b_spec: OperandSpec, arch: str, d
         out_align=out_align,
         out_matches=out_matches,
         bias=has_bias,
-        bias_dtype=operands.format_of_dtype(call.bias.dtype) if has_bias else None,
+        bias_dtype=views.format_of_dtype(call.bias.dtype) if has_bias else None,
         bias_numel=call.bias.numel() if has_bias else 0,
         epilogue_contiguous=all(t.is_contiguous() for t in (call.bias if has_bias else None, aux) if t is not None),
         gelu=bool(call.gelu),

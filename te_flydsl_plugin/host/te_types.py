@@ -4,7 +4,7 @@ The adapters turn TE's storages into :class:`~te_flydsl_plugin.operands.Fp8Opera
 :class:`~te_flydsl_plugin.operands.MXFP8Operand` by reference (no copy, no GPU sync, no environment read
 per call) and TE's quantizers into :class:`~te_flydsl_plugin.operands.OutputQuantizer`. Anything the
 plugin does not model (NVFP4, blockwise FP8, hybrid/debug wrappers, grouped tensors, future classes)
-becomes :class:`~te_flydsl_plugin.host.operands.Unsupported` with the class named in the reason, never an
+becomes :class:`~te_flydsl_plugin.host.views.Unsupported` with the class named in the reason, never an
 exception. ``docs/te-seam.md`` holds the argument-by-argument table.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 
 from ..operands import Fp8Operand, MXFP8Operand, OutputQuantizer
 from ..spec import Format, QuantizerSpec
-from . import operands
+from . import views
 
 # TE's DType member names -> the plugin's formats (values differ between TE's pybind enum and the
 # Python IntEnum mirror in transformer_engine.pytorch.constants, so both are registered by name).
@@ -112,7 +112,7 @@ def _class_name(obj: Any) -> str:
     return f"{type(obj).__module__}.{type(obj).__qualname__}"
 
 
-def make_fp8_view(fp8_formats: dict[int, Format]) -> Callable[[Any], operands.View]:
+def make_fp8_view(fp8_formats: dict[int, Format]) -> Callable[[Any], views.View]:
     """The adapter for ``Float8TensorStorage`` / ``Float8Tensor`` (per-tensor scaled FP8).
 
     ``_data`` may be None (TE's wgrad input keeps only the transpose), ``_transpose`` counts only
@@ -120,17 +120,17 @@ def make_fp8_view(fp8_formats: dict[int, Format]) -> Callable[[Any], operands.Vi
     ``fp8_formats`` maps the integer value of TE's FP8 DType members to formats.
     """
 
-    def fp8_view(t: Any) -> operands.View:
+    def fp8_view(t: Any) -> views.View:
         fmt = fp8_formats.get(int(t._fp8_dtype))
         if fmt is None:
-            return operands.Unsupported(Format.OTHER, _shape_of(t), f"{_class_name(t)} with fp8 dtype {t._fp8_dtype!r}")
+            return views.Unsupported(Format.OTHER, _shape_of(t), f"{_class_name(t)} with fp8 dtype {t._fp8_dtype!r}")
         data = t._data
         transpose = t._transpose
         transpose_valid = transpose is not None and not t._transpose_invalid
         if data is None and not transpose_valid:
-            return operands.Unsupported(fmt, (), f"{_class_name(t)} holds neither _data nor a valid _transpose")
+            return views.Unsupported(fmt, (), f"{_class_name(t)} holds neither _data nor a valid _transpose")
         if t._scale_inv is None:
-            return operands.Unsupported(fmt, _shape_of(t), f"{_class_name(t)} has no _scale_inv")
+            return views.Unsupported(fmt, _shape_of(t), f"{_class_name(t)} has no _scale_inv")
         return Fp8Operand(
             data=data,
             transpose=transpose if transpose_valid else None,
@@ -142,7 +142,7 @@ def make_fp8_view(fp8_formats: dict[int, Format]) -> Callable[[Any], operands.Vi
     return fp8_view
 
 
-def make_mxfp8_view(fp8_formats: dict[int, Format]) -> Callable[[Any], operands.View]:
+def make_mxfp8_view(fp8_formats: dict[int, Format]) -> Callable[[Any], views.View]:
     """The adapter for ``MXFP8TensorStorage`` / ``MXFP8Tensor`` (E8M0 scales, block 32).
 
     A direction counts only when both its data and its scales are present. Scales already swizzled
@@ -150,13 +150,13 @@ def make_mxfp8_view(fp8_formats: dict[int, Format]) -> Callable[[Any], operands.
     so such a storage is declined rather than misread.
     """
 
-    def mxfp8_view(t: Any) -> operands.View:
+    def mxfp8_view(t: Any) -> views.View:
         fp8 = fp8_formats.get(int(t._fp8_dtype))
         if fp8 is None:
-            return operands.Unsupported(Format.OTHER, _shape_of(t), f"{_class_name(t)} with fp8 dtype {t._fp8_dtype!r}")
+            return views.Unsupported(Format.OTHER, _shape_of(t), f"{_class_name(t)} with fp8 dtype {t._fp8_dtype!r}")
         fmt = _FP8_TO_MX[fp8]
         if getattr(t, "_with_gemm_swizzled_scales", False):
-            return operands.Unsupported(
+            return views.Unsupported(
                 fmt,
                 _shape_of(t),
                 f"{_class_name(t)} holds scales swizzled for cuBLAS, not the compact layout",
@@ -164,9 +164,9 @@ def make_mxfp8_view(fp8_formats: dict[int, Format]) -> Callable[[Any], operands.
         rd, rs = t._rowwise_data, t._rowwise_scale_inv
         cd, cs = t._columnwise_data, t._columnwise_scale_inv
         if (rd is not None and rs is None) or (cd is not None and cs is None):
-            return operands.Unsupported(fmt, _shape_of(t), f"{_class_name(t)} has data without its scales")
+            return views.Unsupported(fmt, _shape_of(t), f"{_class_name(t)} has data without its scales")
         if rd is None and cd is None:
-            return operands.Unsupported(fmt, (), f"{_class_name(t)} holds no rowwise or columnwise data")
+            return views.Unsupported(fmt, (), f"{_class_name(t)} holds no rowwise or columnwise data")
         return MXFP8Operand(
             rowwise_data=rd,
             rowwise_scale_inv=rs if rd is not None else None,
@@ -178,11 +178,11 @@ def make_mxfp8_view(fp8_formats: dict[int, Format]) -> Callable[[Any], operands.
     return mxfp8_view
 
 
-def make_unsupported_view(fmt: Format, why: str) -> Callable[[Any], operands.View]:
+def make_unsupported_view(fmt: Format, why: str) -> Callable[[Any], views.View]:
     """An adapter that declines every instance of a class, with ``why`` and the class named."""
 
-    def unsupported_view(t: Any) -> operands.View:
-        return operands.Unsupported(fmt, _shape_of(t), f"{_class_name(t)}: {why}")
+    def unsupported_view(t: Any) -> views.View:
+        return views.Unsupported(fmt, _shape_of(t), f"{_class_name(t)}: {why}")
 
     return unsupported_view
 
@@ -230,7 +230,7 @@ def register_dtypes(*enums: Any) -> dict[int, Format]:
     for enum in enums:
         for name, member in _members(enum).items():
             fmt = DTYPE_FORMATS.get(name, Format.OTHER)
-            operands.register_dtype(member, fmt)
+            views.register_dtype(member, fmt)
             if fmt.is_fp8:
                 fp8[int(member)] = fmt
     return fp8
@@ -271,6 +271,6 @@ def register_te_types(tex: ModuleType) -> list[str]:
         cls = _optional(module, name)
         if cls is not None:
             key = _quantizer_key if any(name == q for _, q, scaling in _QUANTIZER_CLASSES if scaling) else None
-            operands.register(cls, view, key)
+            views.register(cls, view, key)
             done.append(name)
     return done

@@ -16,12 +16,12 @@ from typing import Any
 import torch
 
 from ..spec import GemmCall, Reason, ReasonCode
-from . import dispatch, operands, problem, signature
+from . import dispatch, problem, signature, views
 from .device import arch_of
 from .signature import TAIL_KEYWORDS
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
-_ALIGN = operands.MAX_ALIGN
+_ALIGN = views.MAX_ALIGN
 
 
 def _storage_tensor(v: Any) -> Any:
@@ -69,17 +69,17 @@ def wrap_generic_gemm(native: Callable[..., Any]) -> Callable[..., Any]:
             va = A
             a0, a1, a2, a3, a4 = A.dtype, A.shape, A.is_contiguous(), A.storage_offset() % _ALIGN, A.device
         else:
-            va = operands.view(A)
-            a0, a1, a2, a3, a4 = operands.key_of(va), None, None, None, None
+            va = views.view(A)
+            a0, a1, a2, a3, a4 = views.key_of(va), None, None, None, None
         if type(B) in _PLAIN:
             vb = B
             b0, b1, b2, b3, b4 = B.dtype, B.shape, B.is_contiguous(), B.storage_offset() % _ALIGN, B.device
         else:
-            vb = operands.view(B)
-            b0, b1, b2, b3, b4 = operands.key_of(vb), None, None, None, None
+            vb = views.view(B)
+            b0, b1, b2, b3, b4 = views.key_of(vb), None, None, None, None
         # An output quantizer is keyed by what its descriptor is built from; the descriptor is built only
         # to decide or to run.
-        qkey = None if quantizer is None else operands.quantizer_key(quantizer)
+        qkey = None if quantizer is None else views.quantizer_key(quantizer)
         # D, bias and gelu_in are keyed only when given (TE passes them rarely): a shorter key hashes and
         # compares faster. One that is not a tensor is keyed by its type; the problem declines it (SHAPE).
         if D is None and bias is None and gelu_in is None:
@@ -99,7 +99,7 @@ def wrap_generic_gemm(native: Callable[..., Any]) -> Callable[..., Any]:
             dev = _device(vb)
             arch = d.settings.target_arch or arch_of(*dev)
             call = _call(va, vb, vq, required, (comm, ctype, extra, bulk, alpha, beta))
-            p = problem.build(call, operands.spec_of(va), operands.spec_of(vb), arch, dev[0])
+            p = problem.build(call, views.spec_of(va), views.spec_of(vb), arch, dev[0])
             decision = d.decide(key, p, _unknown_reason(unknown) if unknown else None)
         if decision.ok:
             vq = vq or _quantizer(quantizer)
@@ -118,7 +118,7 @@ def wrap_generic_gemm(native: Callable[..., Any]) -> Callable[..., Any]:
 
 def _quantizer(q: Any) -> Any:
     """The call's output quantizer descriptor (None for none); one without a quantize function is declined."""
-    return None if q is None else operands.quantizer_of(q, executable=True)
+    return None if q is None else views.quantizer_of(q, executable=True)
 
 
 def _extra_key(t: Any, start: bool) -> Any:
@@ -141,7 +141,7 @@ def _unknown_reason(unknown: tuple[str, ...]) -> Reason:
 
 
 def _call(va: Any, vb: Any, vq: Any, args: tuple[Any, ...], tail: tuple[Any, ...]) -> GemmCall:
-    """The call as data; A and B are operand views, the quantizer its descriptor (``host/operands.py``)."""
+    """The call as data; A and B are operand views, the quantizer its descriptor (``host/views.py``)."""
     (
         _,
         transA,

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from te_flydsl_plugin.host import autoload, operands, te
-from te_flydsl_plugin.host.operands import Unsupported
+from te_flydsl_plugin.host import autoload, te, views
+from te_flydsl_plugin.host.views import Unsupported
 from te_flydsl_plugin.operands import Fp8Operand, MXFP8Operand
 from te_flydsl_plugin.spec import Format
 
@@ -84,13 +84,13 @@ def test_dtypes_of_both_te_enums_are_registered(fake_te: Path) -> None:
     tex = _tex()
     constants = importlib.import_module("transformer_engine.pytorch.constants")
     for enum in (tex.DType, constants.DType):
-        assert operands.format_of_dtype(enum.kBFloat16) is Format.BF16
-        assert operands.format_of_dtype(enum.kFloat16) is Format.FP16
-        assert operands.format_of_dtype(enum.kFloat32) is Format.FP32
-        assert operands.format_of_dtype(enum.kFloat8E4M3) is Format.FP8_E4M3
-        assert operands.format_of_dtype(enum.kFloat8E5M2) is Format.FP8_E5M2
+        assert views.format_of_dtype(enum.kBFloat16) is Format.BF16
+        assert views.format_of_dtype(enum.kFloat16) is Format.FP16
+        assert views.format_of_dtype(enum.kFloat32) is Format.FP32
+        assert views.format_of_dtype(enum.kFloat8E4M3) is Format.FP8_E4M3
+        assert views.format_of_dtype(enum.kFloat8E5M2) is Format.FP8_E5M2
         for other in ("kByte", "kInt32", "kFloat8E8M0", "kFloat4E2M1"):
-            assert operands.format_of_dtype(enum[other]) is Format.OTHER
+            assert views.format_of_dtype(enum[other]) is Format.OTHER
 
 
 def _storages():
@@ -108,21 +108,21 @@ def test_float8_storage_views(fake_te: Path) -> None:
     transpose = torch.zeros(4, 6, dtype=torch.uint8)
     scale = torch.ones(1)
 
-    both = operands.view(Fp8(data, transpose, scale, tex.DType.kFloat8E4M3, False))
+    both = views.view(Fp8(data, transpose, scale, tex.DType.kFloat8E4M3, False))
     assert isinstance(both, Fp8Operand) and both.format is Format.FP8_E4M3
     assert both.data is data and both.transpose is transpose and both.scale_inv is scale  # no copies
 
-    wgrad = operands.view(Fp8(None, transpose, scale, tex.DType.kFloat8E5M2, False))
+    wgrad = views.view(Fp8(None, transpose, scale, tex.DType.kFloat8E5M2, False))
     assert isinstance(wgrad, Fp8Operand) and wgrad.data is None and wgrad.shape == (6, 4)
     assert wgrad.format is Format.FP8_E5M2
 
-    stale = operands.view(Fp8(data, transpose, scale, tex.DType.kFloat8E4M3, True))
+    stale = views.view(Fp8(data, transpose, scale, tex.DType.kFloat8E4M3, True))
     assert isinstance(stale, Fp8Operand) and stale.transpose is None and not stale.has_transpose
 
-    empty = operands.view(Fp8(None, transpose, scale, tex.DType.kFloat8E4M3, True))
+    empty = views.view(Fp8(None, transpose, scale, tex.DType.kFloat8E4M3, True))
     assert isinstance(empty, Unsupported) and "neither _data nor a valid _transpose" in empty.detail
 
-    odd = operands.view(Fp8(data, None, scale, tex.DType.kBFloat16, True))
+    odd = views.view(Fp8(data, None, scale, tex.DType.kBFloat16, True))
     assert isinstance(odd, Unsupported) and odd.format is Format.OTHER
 
 
@@ -132,17 +132,17 @@ def test_mxfp8_storage_views(fake_te: Path) -> None:
     data = torch.zeros(160, 96, dtype=torch.uint8)
     rs = torch.zeros(256, 4, dtype=torch.uint8)
     cs = torch.zeros(8, 128, dtype=torch.uint8)
-    row = operands.view(Mx(data, rs, None, None, tex.DType.kFloat8E4M3))
+    row = views.view(Mx(data, rs, None, None, tex.DType.kFloat8E4M3))
     assert isinstance(row, MXFP8Operand) and row.format is Format.MXFP8_E4M3
     assert row.rowwise_data is data and row.rowwise_scale_inv is rs and row.columnwise_data is None
-    col = operands.view(Mx(None, rs, data, cs, tex.DType.kFloat8E5M2))  # stale rowwise scales ignored
+    col = views.view(Mx(None, rs, data, cs, tex.DType.kFloat8E5M2))  # stale rowwise scales ignored
     assert isinstance(col, MXFP8Operand) and col.rowwise_scale_inv is None and col.format is Format.MXFP8_E5M2
-    swizzled = operands.view(Mx(data, rs, None, None, tex.DType.kFloat8E4M3, with_gemm_swizzled_scales=True))
+    swizzled = views.view(Mx(data, rs, None, None, tex.DType.kFloat8E4M3, with_gemm_swizzled_scales=True))
     assert isinstance(swizzled, Unsupported) and "swizzled" in swizzled.detail
     assert swizzled.shape == (160, 96)
-    no_scale = operands.view(Mx(data, None, None, None, tex.DType.kFloat8E4M3))
+    no_scale = views.view(Mx(data, None, None, None, tex.DType.kFloat8E4M3))
     assert isinstance(no_scale, Unsupported) and "without its scales" in no_scale.detail
-    nothing = operands.view(Mx(None, None, None, None, tex.DType.kFloat8E4M3))
+    nothing = views.view(Mx(None, None, None, None, tex.DType.kFloat8E4M3))
     assert isinstance(nothing, Unsupported)
 
 
@@ -151,14 +151,14 @@ def test_other_te_classes_are_declined_with_a_reason(fake_te: Path) -> None:
     _, _, _, Nv = _storages()
     quantized = importlib.import_module("transformer_engine.pytorch.quantized_tensor")
 
-    nv = operands.view(Nv((8, 16)))
+    nv = views.view(Nv((8, 16)))
     assert isinstance(nv, Unsupported) and nv.format is Format.NVFP4 and nv.shape == (8, 16)
     assert "NVFP4TensorStorage" in nv.detail
 
     class FutureStorage(quantized.QuantizedTensorStorage):
         pass
 
-    future = operands.view(FutureStorage())
+    future = views.view(FutureStorage())
     assert isinstance(future, Unsupported) and future.format is Format.OTHER
     assert "FutureStorage" in future.detail and future.shape == ()
 

@@ -48,20 +48,20 @@ def test_real_te_classes_become_views() -> None:
     from transformer_engine.pytorch.constants import DType
     from transformer_engine.pytorch.tensor.float8_tensor import Float8CurrentScalingQuantizer
 
-    from te_flydsl_plugin.host import operands
+    from te_flydsl_plugin.host import views
     from te_flydsl_plugin.operands import Fp8Operand
     from te_flydsl_plugin.spec import Format
 
     with plugin_installed():
         q = Float8CurrentScalingQuantizer(tex.DType.kFloat8E5M2, device=torch.device("cuda"))
         t = q(torch.randn(256, 128, device="cuda", dtype=torch.bfloat16))  # a Float8Tensor (torch subclass)
-        v = operands.view(t)
+        v = views.view(t)
         assert isinstance(v, Fp8Operand) and v.format is Format.FP8_E5M2 and v.data is t._data
         assert v.scale_inv is t._scale_inv
         for enum in (tex.DType, DType):
-            assert operands.format_of_dtype(enum.kBFloat16) is Format.BF16
-            assert operands.format_of_dtype(enum.kFloat8E4M3) is Format.FP8_E4M3
-            assert operands.format_of_dtype(enum.kFloat4E2M1) is Format.OTHER
+            assert views.format_of_dtype(enum.kBFloat16) is Format.BF16
+            assert views.format_of_dtype(enum.kFloat8E4M3) is Format.FP8_E4M3
+            assert views.format_of_dtype(enum.kFloat4E2M1) is Format.OTHER
 
 
 def _has_torch_entry_point() -> bool:
