@@ -416,7 +416,7 @@ def _counts(x: Any) -> str:
 
 def cmd_precompile(args: argparse.Namespace) -> int:
     try:
-        from .flydsl import compiled, family
+        from .flydsl import family, isa
     except ImportError as exc:
         raise CliError(f"the kernel family cannot be loaded: {exc}") from exc
     from .flydsl import matrix
@@ -443,7 +443,7 @@ def cmd_precompile(args: argparse.Namespace) -> int:
         print(f"\r{line[:100]:<100}" if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)
 
     try:
-        rows = compiled.precompile(args.arch, progress=progress, configs=configs)
+        rows = isa.precompile(args.arch, progress=progress, configs=configs)
         if args.lds:
             from .flydsl import lds_conflicts
 
@@ -594,7 +594,7 @@ def _shape_arg(text: str) -> Any:
 def cmd_estimate(args: argparse.Namespace) -> int:
     """Predicted time of every backed config on each GEMM (flydsl/estimate.py: the calibrated timing model)."""
     try:
-        from .flydsl import bench, compiled, estimate, tile_timing
+        from .flydsl import bench, estimate, isa, tile_timing
     except ImportError as exc:
         raise CliError(f"the kernel family cannot be loaded: {exc}") from exc
 
@@ -622,7 +622,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 
     def report(cfg: Any) -> dict[str, Any]:
         if cfg not in reports:
-            reports[cfg] = compiled.isa_report(cfg)
+            reports[cfg] = isa.isa_report(cfg)
             if not args.no_lds:
                 from .flydsl import lds_conflicts
 

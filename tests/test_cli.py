@@ -181,17 +181,17 @@ def test_arch_names_are_case_insensitive(capsys, arch):
 
 
 def test_a_known_arch_without_kernels_is_not_supported_and_nothing_compiles(capsys, monkeypatch):
-    from te_flydsl_plugin.flydsl import compiled
+    from te_flydsl_plugin.flydsl import isa
 
     def no_compile(*_a, **_k):
         raise AssertionError("precompile compiled for an arch without kernels")
 
-    monkeypatch.setattr(compiled, "isa_report", no_compile)
+    monkeypatch.setattr(isa, "isa_report", no_compile)
     code, out, err = run(capsys, "precompile", "--arch", "gfx942")
     _one_line_error(code, out, err)
     assert "gfx942 is not supported" in err
     with pytest.raises(ValueError, match="gfx942 is not supported"):
-        compiled.precompile("GFX942")
+        isa.precompile("GFX942")
     code, out, _ = run(capsys, *CHECK, "--arch", "gfx942", "--json")
     assert code == 1 and "ARCH" in {r["code"] for r in json.loads(out)["reasons"]}
 
@@ -304,7 +304,7 @@ def test_capabilities_text_says_which_combinations_are_backed_and_how_kernels_ar
 
 
 def test_precompile_through_a_pipe_reports_progress_on_stderr(capsys, monkeypatch):
-    from te_flydsl_plugin.flydsl import compiled
+    from te_flydsl_plugin.flydsl import isa
 
     def report(cfg, arch):
         return {"config": cfg.name, "mfma": "m", "mfma_count": 1, "vgpr": 1, "agpr": 0, "agpr_accumulators": 0,
@@ -312,7 +312,7 @@ def test_precompile_through_a_pipe_reports_progress_on_stderr(capsys, monkeypatc
                 "from_disk": False, "ok": True, "kloop": {"found": False}, "loop_insts": [1], "epilogue_insts": 1,
                 "plain_twin": cfg.name}  # fmt: skip
 
-    monkeypatch.setattr(compiled, "isa_report", report)
+    monkeypatch.setattr(isa, "isa_report", report)
     monkeypatch.setattr(llvm, "find_ld_lld", lambda: "/usr/bin/ld.lld")
     total = len(family.BACKED)
     for json_flag in ([], ["--json"]):

@@ -9,7 +9,7 @@ Two predictions per config and GEMM, both **predicted**, never measured (docs/pe
 * the **static bound** (``static_bound``), from the K-loop report alone (``kloop.py``):
 
   - a CU holds ``resident`` workgroups: as many as its 160 KiB of LDS and its 512-entry register
-    file per SIMD lane allow (``compiled.LDS_BUDGET`` / ``REGISTER_BUDGET``), so ``waves_per_simd`` =
+    file per SIMD lane allow (``isa.LDS_BUDGET`` / ``REGISTER_BUDGET``), so ``waves_per_simd`` =
     ``resident x waves / 4``;
   - one K iteration of every resident wave takes the longest of: a wave's own schedule (llvm-mca's
     cycles, 4 clocks each: "issue"), the SIMD's XDL pipe shared by its waves (``waves_per_simd x
@@ -33,7 +33,7 @@ from typing import Any
 
 from ..emulator.lds_banks import BYTES_PER_CLOCK
 from . import grid_model
-from .compiled import LDS_BUDGET, REGISTER_BUDGET
+from .isa import LDS_BUDGET, REGISTER_BUDGET
 from .kernels.config import KernelConfig
 from .kernels.select import CUS
 from .kloop import CLOCKS_PER_PASS
@@ -98,7 +98,7 @@ def predict(cfg: KernelConfig, isa: dict[str, Any], lines: dict[str, Any], m: in
 
 
 def static_bound(cfg: KernelConfig, isa: dict[str, Any], m: int, n: int, k: int) -> dict[str, Any]:
-    """The static bound for one config (``isa`` its ``compiled.isa_report``, with its ``kloop`` and,
+    """The static bound for one config (``isa`` its ``isa.isa_report``, with its ``kloop`` and,
     where counted, the kloop's ``lds`` bank-conflict report)."""
     kl = isa["kloop"]
     if not kl.get("found") or kl.get("mca_cycles") is None:

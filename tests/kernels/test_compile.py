@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from te_flydsl_plugin import llvm
-from te_flydsl_plugin.flydsl import compiled, family
+from te_flydsl_plugin.flydsl import compiled, family, isa
 from te_flydsl_plugin.flydsl.kernels import gemm
 from te_flydsl_plugin.flydsl.kernels.config import KernelConfig
 from te_flydsl_plugin.spec import Format
@@ -21,12 +21,12 @@ pytestmark = [pytest.mark.compile, needs_toolchain]
 
 @pytest.mark.parametrize("cfg", family.FAMILY, ids=lambda c: c.name)
 def test_isa_budget(cfg: KernelConfig) -> None:
-    rep = compiled.isa_report(cfg)
+    rep = isa.isa_report(cfg)
     assert rep["ok"], rep
-    assert rep["mfma"] == compiled.EXPECTED_MFMA[cfg.lhs_format]
+    assert rep["mfma"] == isa.EXPECTED_MFMA[cfg.lhs_format]
     assert rep["mfma_count"] > 0 and rep["scratch_bytes"] == 0 and rep["spills"] == 0
-    assert rep["lds_bytes"] == gemm.geometry(cfg).lds_bytes <= compiled.LDS_BUDGET
-    assert rep["vgpr"] <= compiled.REGISTER_BUDGET
+    assert rep["lds_bytes"] == gemm.geometry(cfg).lds_bytes <= isa.LDS_BUDGET
+    assert rep["vgpr"] <= isa.REGISTER_BUDGET
     assert rep["kernel"].startswith(cfg.name)
 
 
@@ -45,9 +45,9 @@ def test_accumulators_stay_in_place(cfg: KernelConfig, agprs: int, vgprs: int) -
     """Every accumulator is an AGPR that MFMAs write in place (fp32: an arch VGPR, LLVM's own MFMAs;
     KernelConfig.agpr_accumulators), and no loop moves registers between the files (the v_accvgpr_*
     shuffles LLVM's MFMA selection left in the 4-wave K loops before the accumulators were pinned)."""
-    rep = compiled.isa_report(cfg)
+    rep = isa.isa_report(cfg)
     assert (rep["agpr_accumulators"], rep["vgpr_accumulators"]) == (agprs, vgprs), rep
-    assert agprs + vgprs == compiled.accumulators(cfg) and cfg.agpr_accumulators == (agprs > 0)
+    assert agprs + vgprs == isa.accumulators(cfg) and cfg.agpr_accumulators == (agprs > 0)
     assert rep["loop_moves"] == rep["not_in_place"] == 0 and rep["loops"] >= 1 and rep["checks"]["accumulators"], rep
     assert rep["agpr"] >= agprs, rep
 
@@ -65,7 +65,7 @@ def test_accumulator_report_sees_moves_in_loops_only() -> None:
 \tv_mfma_f32_16x16x32_bf16 a[16:19], v[0:3], v[4:7], 0 // 000000001924: D3B58010 02020900
 \tv_accvgpr_read_b32 v12, a0                // 00000000192C: D3D8400C 18000100
 """
-    rep = compiled.accumulator_report(text)
+    rep = isa.accumulator_report(text)
     assert rep == {"agpr_accumulators": 4, "vgpr_accumulators": 4, "not_in_place": 1, "loop_moves": 1, "loops": 1}
 
 
@@ -139,7 +139,7 @@ def test_cache_threads_compile_once(tmp_path, monkeypatch) -> None:
 
 _CHILD = """
 import sys
-from te_flydsl_plugin.flydsl import compiled
+from te_flydsl_plugin.flydsl import compiled, isa
 from te_flydsl_plugin.flydsl.kernels.config import KernelConfig
 from te_flydsl_plugin.spec import Format
 ck = compiled.compile_config(KernelConfig(Format.FP16, Format.FP16, True, False, Format.FP32))
@@ -162,7 +162,7 @@ def test_cache_processes_share_a_directory(tmp_path) -> None:
 def test_precompile_reports_progress() -> None:
     seen: list[tuple[int, int]] = []
     cfgs = family.FAMILY[:2]
-    reports = compiled.precompile("gfx950", progress=lambda i, n, r: seen.append((i, n)), configs=cfgs)
+    reports = isa.precompile("gfx950", progress=lambda i, n, r: seen.append((i, n)), configs=cfgs)
     assert [r["config"] for r in reports] == [c.name for c in cfgs] and seen == [(1, 2), (2, 2)]
     assert all(r["ok"] and r["compile_s"] >= 0 for r in reports)
 

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from te_flydsl_plugin import llvm
-from te_flydsl_plugin.flydsl import compiled, family, launch
+from te_flydsl_plugin.flydsl import compiled, family, isa, launch
 from te_flydsl_plugin.flydsl.kernels import epilogue
 from te_flydsl_plugin.flydsl.kernels.config import KernelConfig
 from te_flydsl_plugin.flydsl.plan_types import GemmPlan
@@ -111,8 +111,8 @@ def test_epilogue_leaves_the_k_loop_alone(cfg: KernelConfig) -> None:
     """A fused epilogue runs after the last MFMA: its config's K loop holds the plain twin's
     instructions (the accumulators stay in place in the same AGPRs), and only the code after the loop
     grows."""
-    rep = compiled.isa_report(cfg)
-    plain = compiled.isa_report(dataclasses.replace(cfg, epilogue="plain"))
+    rep = isa.isa_report(cfg)
+    plain = isa.isa_report(dataclasses.replace(cfg, epilogue="plain"))
     assert rep["ok"], rep
     assert rep["agpr_accumulators"] == plain["agpr_accumulators"]
     # The same instructions in every loop; only the count of wait-state s_nops may differ (LLVM places
@@ -140,8 +140,8 @@ def test_bgrad_sums_in_the_first_tile_column_only(cfg: KernelConfig) -> None:
     """bgrad's K loop reads lhs's K tiles from LDS for the row sums: LLVM unswitches the uniform
     ``bn == 0`` test into two loops, one with the sums (extra ``ds_read_b128``s) and one without, which
     the other tile columns run; accumulators stay in place in both, nothing spills."""
-    rep = compiled.isa_report(cfg)
-    plain = compiled.isa_report(dataclasses.replace(cfg, epilogue="plain"))
+    rep = isa.isa_report(cfg)
+    plain = isa.isa_report(dataclasses.replace(cfg, epilogue="plain"))
     assert rep["ok"], rep
     assert len(rep["loop_insts"]) == 2 and len(plain["loop_insts"]) == 1, rep["loop_insts"]
     assert min(rep["loop_insts"]) <= plain["loop_insts"][0] < max(rep["loop_insts"]), rep["loop_insts"]

@@ -20,7 +20,7 @@ BF16 = KernelConfig(Format.BF16, Format.BF16, True, True, Format.BF16, waves=4)
 
 
 def _isa(mca: float, floor: int = 512, lds: float | None = None, vgpr: int = 512, lds_bytes: int = 128 * 1024) -> dict:
-    """An ISA report as compiled.isa_report gives it, with only what the model reads: a 256 x 256 bf16
+    """An ISA report as isa.isa_report gives it, with only what the model reads: a 256 x 256 bf16
     loop of 128 four-pass MFMAs (``floor`` passes) timed by llvm-mca at ``mca`` cycles."""
     kl = {"found": True, "mca_cycles": mca, "xdl_floor": floor, "mfma_passes": floor, "mfma": floor // 4,
           "lds_read_bytes": 32768, "lds_write_bytes": 16384}  # fmt: skip

@@ -10,7 +10,7 @@ import struct
 import pytest
 
 from te_flydsl_plugin import cli
-from te_flydsl_plugin.flydsl import compiled, kloop
+from te_flydsl_plugin.flydsl import isa, kloop
 from te_flydsl_plugin.flydsl.kernels.config import KernelConfig
 from te_flydsl_plugin.spec import Format
 
@@ -140,7 +140,7 @@ FP8_TN = KernelConfig(Format.FP8_E4M3, Format.FP8_E5M2, True, True, Format.BF16,
 def test_family_kloop_report(cfg: KernelConfig) -> None:
     """The 256 x 256 K loop of 4 waves: 128 x 128 per wave per K tile = 64 16x16 blocks, each 2 bf16
     MFMAs of K 32 (tile_k 64) or one FP8 MFMA of K 128: 512 passes either way."""
-    k = compiled.isa_report(cfg)["kloop"]
+    k = isa.isa_report(cfg)["kloop"]
     fp8 = cfg.lhs_format.is_fp8
     assert k["found"] and k["mfma"] == (64 if fp8 else 128) and k["xdl_floor"] == 512
     assert k["fp8_mfma_corrected"] == (64 if fp8 else 0)

@@ -19,7 +19,7 @@ import torch
 
 import te_flydsl_plugin as tp
 from te_flydsl_plugin import llvm
-from te_flydsl_plugin.flydsl import compiled, family, launch
+from te_flydsl_plugin.flydsl import compiled, family, isa, launch
 from te_flydsl_plugin.flydsl.executors import run_reference
 from te_flydsl_plugin.flydsl.kernels import mx
 from te_flydsl_plugin.flydsl.kernels.config import KernelConfig
@@ -93,7 +93,7 @@ def test_mx_isa_feeds_scales_from_registers(k_major: tuple[bool, bool]) -> None:
     op_sel_hi 0), the words arrive by dword buffer loads (one per repetition and 512 K), not through
     LDS, and the N/M-major operands' fragments come through gfx950's transposing 8-bit LDS read."""
     cfg = KernelConfig(F.MXFP8_E4M3, F.MXFP8_E5M2, *k_major, F.BF16, tile_k=mx.TILE_K)
-    rep = compiled.isa_report(cfg)
+    rep = isa.isa_report(cfg)
     assert rep["ok"] and rep["scratch_bytes"] == 0 and rep["spills"] == 0, rep
     text = llvm.disassemble(compiled.compile_config(cfg).code_object, "gfx950")
     mfmas = re.findall(r"^\s+v_mfma_scale_f32_16x16x128_f8f6f4 .*$", text, re.M)

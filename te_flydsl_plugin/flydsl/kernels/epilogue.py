@@ -20,7 +20,7 @@ needs one ``exp`` and one division per element and no ``tanh`` expansion; its de
 ``sigmoid(2u) + 2 x sigmoid(2u) (1 - sigmoid(2u)) u'`` with ``u' = sqrt(2/pi) (1 + 3 * 0.044715 x^2)``.
 
 The K loop is not touched by any of this: every epilogue runs after the last MFMA, so each config's
-loop is the plain config's, instruction for instruction (``compiled.isa_report``'s ``loop_insts``).
+loop is the plain config's, instruction for instruction (``isa.isa_report``'s ``loop_insts``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,165 @@
+"""The ISA checks of a compiled config, and ``precompile``: every backed config's report.
+
+What a config must compile to on gfx950 (the widest MFMA for its format, accumulators in AGPRs with no
+moves in the K loop, registers and LDS within budget, no scratch), read from the code object's
+disassembly and metadata notes; the K-loop report beside it (``kloop.py``). ``precompile`` fills the
+compile cache (``compiled.py``) for the whole family and returns one report per config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable
+from typing import Any
+
+from .. import llvm
+from ..host import archs
+from ..spec import Format
+from . import kloop, matrix
+from .compiled import compile_config
+from .family import BACKED
+from .kernels.config import KernelConfig
+
+LDS_BUDGET = 160 * 1024
+REGISTER_BUDGET = 512  # VGPR + AGPR per lane on gfx950
+
+# The MFMA each operand format must compile to (the widest gfx950 offers; kernels/mfma.py issues it).
+# FP8 uses the f8f6f4 MFMA, whose cbsz / blgp pick E4M3 or E5M2 per operand; MXFP8 its block-scaled form.
+EXPECTED_MFMA = {
+    Format.BF16: "v_mfma_f32_16x16x32_bf16",
+    Format.FP16: "v_mfma_f32_16x16x32_f16",
+    Format.FP32: "v_mfma_f32_16x16x4_f32",
+    Format.FP8_E4M3: "v_mfma_f32_16x16x128_f8f6f4",
+    Format.FP8_E5M2: "v_mfma_f32_16x16x128_f8f6f4",
+    Format.MXFP8_E4M3: "v_mfma_scale_f32_16x16x128_f8f6f4",
+    Format.MXFP8_E5M2: "v_mfma_scale_f32_16x16x128_f8f6f4",
+}
+
+
+def accumulators(cfg: KernelConfig) -> int:
+    """fp32 accumulator registers per lane: the wave's share of the output tile (one per element)."""
+    return cfg.tile_m * cfg.tile_n // (cfg.waves * 64)  # 64 lanes per wave
+
+
+_MOVES = ("v_accvgpr_read_b32", "v_accvgpr_write_b32", "v_accvgpr_mov_b32")
+
+
+def accumulator_report(text: str) -> dict[str, int]:
+    """Where a kernel's MFMAs accumulate in its K loops, read off its one-kernel disassembly ``text``
+    (decoded by the emulator's decoder; a loop runs from a backward branch's target to the branch).
+
+    ``agpr_accumulators`` / ``vgpr_accumulators``: distinct AGPRs / arch VGPRs that MFMAs inside loops
+    write; ``not_in_place``: loop MFMAs whose D is not their C (the accumulator moves to other
+    registers each iteration); ``loop_moves``: ``v_accvgpr_read/write/mov`` inside a loop (registers
+    moved between the files in the K loop); ``loops``: how many loops.
+    """
+    bodies = [lp.body for lp in kloop.loops(kloop.instructions(text))]
+    regs: dict[str, set[int]] = {"a": set(), "v": set()}
+    not_in_place = moves = 0
+    for body in bodies:
+        for i in body:
+            moves += i.opcode in _MOVES
+            if i.opcode.startswith("v_mfma") and i.operands[0].kind in regs:
+                d, c = i.operands[0], i.operands[3]
+                regs[d.kind].update(range(d.index, d.index + d.count))
+                not_in_place += (c.kind, c.index, c.count) != (d.kind, d.index, d.count)
+    return {
+        "agpr_accumulators": len(regs["a"]),
+        "vgpr_accumulators": len(regs["v"]),
+        "not_in_place": not_in_place,
+        "loop_moves": moves,
+        "loops": len(bodies),
+    }
+
+
+def code_report(text: str) -> dict[str, Any]:
+    """Instruction counts of a one-kernel disassembly ``text``: what the epilogue costs, and whether the
+    K loop stayed as it was.
+
+    ``loop_insts``: instructions per iteration of each loop (a backward branch's target to the branch),
+    in code order; ``epilogue_insts``: instructions after the last loop's branch, to the end of the
+    kernel (per wave, static: code that both sides of a branch hold is counted once per side, so the
+    plain epilogue's two bodies, beta 0 and beta != 0, are both in it).
+    """
+    from ..emulator.decode import decode_text
+
+    insts = [i for kernel in decode_text(text).values() for i in kernel]
+    loops = [b for b in insts if b.branch_target is not None and b.branch_target <= b.address]
+    sizes = [sum(1 for i in insts if b.branch_target <= i.address <= b.address) for b in loops]
+    end = max((b.address for b in loops), default=-1)
+    return {"loop_insts": sizes, "epilogue_insts": sum(1 for i in insts if i.address > end)}
+
+
+def isa_report(cfg: KernelConfig, arch: str = "gfx950") -> dict[str, Any]:
+    """The ISA budget checks of one config, with the numbers behind them.
+
+    Checks: the expected MFMA opcode occurs, no scratch, no spills, static LDS within 160 KiB,
+    VGPR + AGPR within 512 (``vgpr`` is the total, ``agpr`` its AGPR part), and ``accumulators``: the
+    K loop's MFMAs accumulate in place (D is C) into exactly the config's :func:`accumulators`
+    registers, all AGPRs where ``cfg.agpr_accumulators`` (kernels/mfma.py pins them) and all arch
+    VGPRs otherwise, and no loop moves a register between the files. ``ok`` is True when all hold.
+    ``kloop`` is the K-loop report (kloop.py: counts, XDL floor, llvm-mca cycles); it checks nothing.
+    """
+    ck = compile_config(cfg, arch)
+    r = ck.resources
+    mfma = EXPECTED_MFMA[cfg.lhs_format]
+    text = llvm.disassemble(ck.code_object, arch)
+    mfma_count = len(re.findall(rf"^\s+{mfma}\s", text, re.M))
+    acc = accumulator_report(text)
+    code = code_report(text)
+    checks = {
+        "mfma": mfma_count > 0,
+        "scratch": r.scratch_bytes == 0,
+        "spills": r.vgpr_spill_count == 0 and r.sgpr_spill_count == 0,
+        "lds": r.lds_bytes <= LDS_BUDGET,
+        "registers": r.vgpr_count <= REGISTER_BUDGET,
+        "accumulators": acc["loops"] > 0
+        and acc["loop_moves"] == 0
+        and acc["not_in_place"] == 0
+        and acc["agpr_accumulators" if cfg.agpr_accumulators else "vgpr_accumulators"] == accumulators(cfg)
+        and acc["vgpr_accumulators" if cfg.agpr_accumulators else "agpr_accumulators"] == 0,
+    }
+    return {
+        "config": cfg.name,
+        "plain_twin": dataclasses.replace(cfg, epilogue="plain").name,  # the same kernel with the plain store
+        "arch": arch,
+        "kernel": ck.kernel,
+        "mfma": mfma,
+        "mfma_count": mfma_count,
+        "vgpr": r.vgpr_count,
+        "agpr": r.agpr_count,
+        **acc,
+        **code,
+        "sgpr": r.sgpr_count,
+        "lds_bytes": r.lds_bytes,
+        "scratch_bytes": r.scratch_bytes,
+        "spills": r.vgpr_spill_count + r.sgpr_spill_count,
+        "compile_s": round(ck.compile_seconds, 2),
+        "from_disk": ck.from_disk,
+        "kloop": kloop.report(kloop.instructions(text), arch),
+        "checks": checks,
+        "ok": all(checks.values()),
+    }
+
+
+def precompile(
+    arch: str = "gfx950",
+    progress: Callable[[int, int, dict[str, Any]], None] | None = None,
+    configs: tuple[KernelConfig, ...] | None = None,
+) -> list[dict[str, Any]]:
+    """Compile (or load) ``configs`` (default: :data:`BACKED`) and return one ISA report per config.
+
+    ``progress(done, total, report)`` is called after each config, for the CLI's progress display.
+    An arch without kernels raises :class:`~te_flydsl_plugin.host.archs.ArchError` before anything
+    compiles (LLVM aborts the process on some of them: gfx942 cannot expand gfx950's MFMAs).
+    """
+    arch = archs.require(arch, matrix.ARCHS)
+    todo = BACKED if configs is None else configs
+    reports = []
+    for i, cfg in enumerate(todo):
+        rep = isa_report(cfg, arch)
+        reports.append(rep)
+        if progress is not None:
+            progress(i + 1, len(todo), rep)
+    return reports
