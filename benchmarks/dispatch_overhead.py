@@ -6,9 +6,11 @@ Run: ``python benchmarks/dispatch_overhead.py [--calls N] [--rounds R] [--json]`
 operand metadata, the verdict lookup, the counters and the forwarding call. Three paths:
 NVTE_GEMM_BACKEND unset; backend selected but unavailable here (executor auto off gfx950: a
 pass-through); and the full decision path, where check() declined the problem once and the cached
-verdict sends each call to native. Two figures per path: the best of 5 timed loops, and the median
-over interleaved rounds of (path - direct call) timed back to back, which cancels drift on a machine
-other work is loading.
+verdict sends each call to native. A fourth row is the floor of any key built per call: a wrapper that
+only reads the 14 metadata fields a verdict depends on (A, B, bias) through torch's getters and
+forwards; on the CI machine's kind it alone costs about the target. Two figures per path: the best of
+5 timed loops, and the median over interleaved rounds of (path - direct call) timed back to back, which
+cancels drift on a machine other work is loading.
 """
 
 from __future__ import annotations
@@ -29,6 +31,17 @@ TARGET_US = 1.5  # issue 14: the decision path on a cached verdict, added to a d
 
 def native(*args, **kwargs):
     return None
+
+
+def metadata_reads(*args, **kwargs):
+    """The floor of any per-call key: a wrapper that reads only the tensor metadata a verdict depends on
+    (dtype, shape, contiguity, start, device of A and B; dtype, shape, contiguity, device of the bias)
+    through torch's getters, then forwards. No lookup, no counting."""
+    a, b, bias = args[0], args[2], args[7]
+    (a.dtype, a.shape, a.is_contiguous(), a.storage_offset(), a.device)
+    (b.dtype, b.shape, b.is_contiguous(), b.storage_offset(), b.device)
+    (bias.dtype, bias.shape, bias.is_contiguous(), bias.device)
+    return native(*args, **kwargs)
 
 
 def timed(fn, args, kwargs, calls: int) -> float:
@@ -96,6 +109,7 @@ def main() -> None:
         "wrapper, flydsl declined by check (cached)": (
             lambda: dispatch.configure(backend="flydsl", executor="reference", env={}), wrapped, declined,
             gemm_kwargs),
+        "floor: the key's metadata reads alone": (lambda: None, metadata_reads, gemm_args, gemm_kwargs),
     }  # fmt: skip
     rows = {"direct native call": per_call(native, gemm_args, gemm_kwargs, args.calls)}
     base = rows["direct native call"]
