@@ -23,7 +23,7 @@ from te_flydsl_plugin.emulator.codeobject import parse
 from te_flydsl_plugin.emulator.timing import SIMDS
 from te_flydsl_plugin.emulator.trace import Trace
 from te_flydsl_plugin.flydsl import wg_timing
-from te_flydsl_plugin.flydsl.compiled import LDS_BUDGET, REGISTER_BUDGET
+from te_flydsl_plugin.flydsl.isa import LDS_BUDGET, REGISTER_BUDGET
 from tests.emulator.aiter_wheel import DIST, code_object
 
 OUT = Path("docs/data/aiter_f4gemm_steady.json")
