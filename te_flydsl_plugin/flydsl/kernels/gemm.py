@@ -49,7 +49,9 @@ WAVE_SIZE = 64
 DMA_BYTES = 16  # one direct global->LDS transfer per lane
 NUM_XCDS = 8
 GROUP_M = 8
-HANDOVER_REPS = 2  # B repetitions of a tile's last chunk that carry the hand-over to the next (gemm_kernel)
+# B repetitions of a tile's last chunk that carry the hand-over to the next tile (gemm_kernel) with two K
+# chunks: about one issuer (a DMA transfer, a fragment read) a gap between MFMAs.
+HANDOVER_REPS = 4
 
 # Format -> (FlyDSL element type name, MFMA shape K). The MFMA per format is the widest gfx950 has.
 _ELEM = {
@@ -457,15 +459,20 @@ def gemm_kernel(
             rocdl.s_waitcnt(vmcnt=0)
         rocdl.s_barrier()
 
-    # bf16 / fp16 (two K chunks) hand the tile over inside the loop: the sync and the next tile's chunk-0
-    # fragment reads go out before the last B repetition's MFMAs, whose fragments are chunk 1's, so the
-    # next iteration's MFMAs start at once. Not with bgrad, whose row sums read the tile after its MFMAs.
-    handover = p.pinned and k_chunks > 1 and not p.epi_rowsum
+    # The hand-over inside the loop: during tile t's last B repetitions (HANDOVER_REPS), the sync (tile t + 1
+    # has landed, every wave is done reading tile t), at once the DMA of tile t + 2 into tile t's stage,
+    # and with two K chunks (bf16 / fp16) tile t + 1's chunk-0 reads (the last repetitions read chunk 1's
+    # fragments). So the memory stream never waits for a tile's MFMAs (each transfer has a whole tile to
+    # land: the fabric-bound timing model's figure, docs/perf-model.md), and the next tile's MFMAs start
+    # at once. Not with bgrad, whose row sums read the tile after its MFMAs, nor MXFP8, whose scale
+    # words, loaded after the MFMAs, would then wait for the DMA issued just before them.
+    handover = p.pinned and not p.epi_rowsum and not p.mx
 
     def multiply(stage, words=None, fills=(), next_stage=None):
-        """One K tile from LDS stage ``stage``, with the DMA issuers ``fills`` of the next tile among its
-        MFMAs; MXFP8 passes its (rhs, lhs) scale ``words`` (byte 0). With ``handover`` chunk 0's
-        fragments are already read, and ``next_stage`` (None for the last tile) is read for the next one."""
+        """One K tile from LDS stage ``stage``. Without ``handover``, ``fills`` (the DMA issuers of the next
+        tile) go out first, before the tile's fragment reads; with it, they are tile t + 2's, issued with
+        the hand-over of ``next_stage`` (None for the last tile), and with two K chunks chunk 0's
+        fragments are already read. MXFP8 passes its (rhs, lhs) scale ``words`` (byte 0)."""
         if const_expr(not p.pinned):
             # LLVM's own MFMA selection (fp32: KernelConfig.agpr_accumulators): its scheduler
             # interleaves the reads and the DMA with the MFMAs itself.
@@ -481,27 +488,29 @@ def gemm_kernel(
 
         # The MFMAs run B-repetition by B-repetition (kernels/mfma.py), and what they read is issued
         # among them: with several K chunks, chunk kc + 1's fragments during chunk kc; with one, each B
-        # fragment during the MFMAs of the one before it (so only A's and two of B's are live). The next
-        # tile's DMA goes out during the first chunk, spread over its MFMAs: the XDL pipe never waits
-        # for the fill, and the transfers have the rest of the tile to land.
+        # fragment during the MFMAs of the one before it (so only A's and two of B's are live).
         a_reads, b_reads = reads(stage, 0)
+        hand_over = []
         if const_expr(not handover):
+            for issue in fills:
+                issue()
+        elif const_expr(next_stage is not None):
+            hand_over = [functools.partial(sync, True), *fills]
+            if const_expr(k_chunks > 1):
+                hand_over += [issue for side in reads(next_stage, 0) for issue in side]
+        if const_expr(not handover or k_chunks == 1):
             for issue in a_reads + b_reads if k_chunks > 1 else a_reads + b_reads[:1]:
                 issue()
-
-        # The hand-over (sync, then the next tile's chunk-0 reads) during the last HANDOVER_REPS B
-        # repetitions: late enough for the DMA issued during chunk 0 to have landed, early enough to
-        # give each read a gap between MFMAs of its own.
-        hand_over = []
-        if const_expr(next_stage is not None):
-            hand_over = [functools.partial(sync, True), *[issue for side in reads(next_stage, 0) for issue in side]]
         b_reps = fx.size(frag_lhs.shape[1]).get_static_leaf_int
         a_reps = fx.size(frag_rhs.shape[1]).get_static_leaf_int
         for kc in range_constexpr(k_chunks):
             later = [issue for side in reads(stage, kc + 1) for issue in side] if kc + 1 < k_chunks else []
-            upcoming = [(0, b_reads[1:] if k_chunks == 1 else later), (0, fills if kc == 0 else [])]
-            if const_expr(handover and kc == k_chunks - 1):
-                upcoming.append(((b_reps - HANDOVER_REPS) * a_reps, hand_over))
+            upcoming = [(0, b_reads[1:] if k_chunks == 1 else later)]
+            if const_expr(kc == k_chunks - 1):
+                # With one K chunk the tile's own B reads run to the start of the last repetition: the
+                # hand-over, which lets the next DMA overwrite this stage, waits for that one.
+                reps = HANDOVER_REPS if k_chunks > 1 else 1
+                upcoming.append(((b_reps - reps) * a_reps, hand_over))
             mfma.gemm(
                 acc,
                 frag_rhs[None, None, kc],
@@ -550,13 +559,20 @@ def gemm_kernel(
         for issue in fill_stage(0, 0):
             issue()
         if const_expr(handover):
+            # Tile 1's DMA right after tile 0's sync, and tile 0's chunk-0 reads (bf16 / fp16).
             sync()
-            for issue in [issue for side in reads(0, 0) for issue in side]:
+            for issue in fill_stage(1, 1):
                 issue()
+            if const_expr(k_chunks > 1):
+                for issue in [issue for side in reads(0, 0) for issue in side]:
+                    issue()
         for t in range(0, k_tiles - 1, 1):
-            if const_expr(not handover):
+            if const_expr(handover):
+                # Tile t + 2 goes into tile t's stage (past K, as in the last iteration, it loads zeros).
+                multiply(t % 2, None, fill_stage(t % 2, t + 2), (t + 1) % 2)
+            else:
                 sync()
-            multiply(t % 2, None, fill_stage((t + 1) % 2, t + 1), (t + 1) % 2)
+                multiply(t % 2, None, fill_stage((t + 1) % 2, t + 1))
             if const_expr(p.epi_rowsum) and bn == 0:
                 sums = rowsum.add(p, sums, lds_a + (t % 2) * (tile_m * tile_k), a_layout, elem_a, tid)
         if const_expr(not handover):

@@ -110,13 +110,13 @@ def gemm(
     The MFMAs keep their program order (side-effecting asm: neither the scheduler nor memory
     operations cross them), so this is where the kernel schedules. They run B repetition by B
     repetition (B fragment ``j`` is dead after its ``a_reps`` MFMAs). ``interleave`` holds ``(first,
-    issuers)`` pairs (fragment reads, DMA transfers, the kernel's hand-over to the next tile), each list
-    spread over the MFMAs from ``first`` on its own, issuer ``t`` just before MFMA ``first + t * (total -
-    first) // (len + 1)``: from 0, ``len`` = ``b_reps - 1`` puts B fragment ``t + 1``'s read at the start
-    of B repetition ``t``, one repetition ahead of its use. Each read's latency hides behind the MFMAs
-    after it; a wave alone on its SIMD (4 waves) has no other wave to hide it. At most one issuer a gap
-    between MFMAs keeps the XDL pipe fed: llvm-mca's gfx950 model dispatches one instruction a cycle and
-    an MFMA of 4 passes holds the pipe for 4.
+    issuers)`` pairs (fragment reads, the kernel's hand-over to the next tile), each list spread over
+    the MFMAs from ``first`` on its own, issuer ``t`` just before MFMA ``first + t * (total - first) //
+    (len + 1)``: from 0, ``len`` = ``b_reps - 1`` puts B fragment ``t + 1``'s read at the start of B
+    repetition ``t``, one repetition ahead of its use. Each read's
+    latency hides behind the MFMAs after it; a wave alone on its SIMD (4 waves) has no other wave to
+    hide it. At most one issuer a gap between MFMAs keeps the XDL pipe fed: llvm-mca's gfx950 model
+    dispatches one instruction a cycle and an MFMA of 4 passes holds the pipe for 4.
 
     ``fenced`` says, for A and B, whether a fragment may leave its LDS read through VALU instructions
     (the transposing 8-bit reads' bytes are put in operand order with ``v_perm_b32``), which an MFMA may
