@@ -24,11 +24,12 @@ K_TILES = 4  # K tiles of the probe launch: the loop runs K_TILES - 1 times (the
 
 
 def launch_values(cfg: KernelConfig, k: int) -> list[Any]:
-    """Zero operands of one full tile, in the kernel's signature order (as launch.kernarg_values)."""
+    """Zero operands of one full tile, in the kernel's signature order (as launch.kernarg_values); a
+    fused epilogue's bias, pre-activation and partials as zeros too."""
     import torch
 
     from . import launch, mx_layout
-    from .kernels import mx
+    from .kernels import epilogue, mx
 
     m, n = cfg.tile_m, cfg.tile_n
 
@@ -44,7 +45,14 @@ def launch_values(cfg: KernelConfig, k: int) -> list[Any]:
         groups = -(-k // mx_layout.K_PER_WORD)
         words = groups * mx.WORDS_PER_GROUP
         sa, sb = (torch.zeros(-(-r // mx_layout.MFMA_ROWS), words, dtype=torch.int32) for r in (m, n))
-    return launch.kernarg_values(launch.Launch(cfg, out, lhs, rhs, sa, sb, 1.0, 0.0))
+    parts = epilogue.FLAGS[cfg.epilogue]
+    ws = gemm.partials_shape(cfg, m, n)
+    extras = (
+        torch.zeros(n) if parts.bias else None,
+        torch.zeros_like(out) if parts.gelu or parts.dgelu else None,
+        None if ws is None else torch.zeros(ws),
+    )
+    return launch.kernarg_values(launch.Launch(cfg, out, lhs, rhs, sa, sb, 1.0, 0.0, extras))
 
 
 def tile_report(cfg: KernelConfig, arch: str = "gfx950", code_object: bytes | None = None) -> dict[str, Any]:

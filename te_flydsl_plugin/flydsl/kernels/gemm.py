@@ -14,12 +14,15 @@ Design (docs/kernels.md has the reasons at length):
   the tile transposed (A = rhs, B = lhs), so a lane's 4 accumulators of a block are 4 adjacent
   output columns, stored as one vector.
 * LDS ping-pong: two stages, each holding one ``[tile, tile_k]`` slice of both operands, filled by
-  direct global->LDS DMA (``buffer_load ... lds``); the load of K tile ``t + 1`` runs while tile
-  ``t`` is multiplied. A runtime loop, so K is not unrolled into the code.
-* K-major operands are stored row-major in LDS with an XOR swizzle on 16-byte chunks (conflict-free
-  ``ds_read_b128`` fragment reads); the others are stored K-outer and read with gfx950's
+  direct global->LDS DMA (``buffer_load ... lds``); the load of K tile ``t + 1`` runs while tile ``t``
+  is multiplied, issued right after the barrier that frees its stage (per-lane offsets computed once,
+  the tile's K in the scalar offset). A runtime loop, so K is not unrolled into the code; bf16, fp16
+  and FP8 hand each tile over to the next among its last MFMAs (the barrier, the DMA of the tile after
+  next and, with two K chunks, the next tile's first fragment reads).
+* K-major operands are stored row-major in LDS with an XOR swizzle on 16-byte chunks; the others
+  K-outer, with their K rows' bits reordered and XOR-ed into the row's blocks, and read with gfx950's
   transposing ``ds_read_b64_tr_b16`` (``_b8`` for MXFP8), which gives TE's NN / NT layouts without
-  any copy.
+  any copy. Every fragment read is free of bank conflicts under gfx950's 64-bank model.
 * Edges through buffer bounds: every element the tile does not own (rows past M/N, K past K) is
   loaded through an offset past the buffer resource's size, which the hardware answers with zero,
   and the matching stores are dropped the same way. So M and N need not be tile multiples (N is a
@@ -46,6 +49,9 @@ WAVE_SIZE = 64
 DMA_BYTES = 16  # one direct global->LDS transfer per lane
 NUM_XCDS = 8
 GROUP_M = 8
+# B repetitions of a tile's last chunk that carry the hand-over to the next tile (gemm_kernel) with two K
+# chunks: about one issuer (a DMA transfer, a fragment read) a gap between MFMAs.
+HANDOVER_REPS = 4
 
 # Format -> (FlyDSL element type name, MFMA shape K). The MFMA per format is the widest gfx950 has.
 _ELEM = {
@@ -162,6 +168,8 @@ def geometry(cfg: KernelConfig) -> Geometry:
         if vectors % threads:
             raise ValueError(f"{cfg.name}: a {rows}x{cfg.tile_k} tile is not a whole number of DMA rounds")
         loads.append(vectors // threads)
+    if threads * vec % (cfg.tile_k * _K_MAJOR_SWIZZLE_ROWS):
+        raise ValueError(f"{cfg.name}: a round of DMA loads must cover whole swizzle periods of K-major rows")
     lds = 2 * (cfg.tile_m + cfg.tile_n) * cfg.tile_k * itemsize
     return Geometry(vec=vec, lhs_loads=loads[0], rhs_loads=loads[1], lds_bytes=lds)
 
@@ -178,23 +186,69 @@ def _log2(x: int) -> int:
     return x.bit_length() - 1
 
 
-def _lds_layout(rows: int, tile_k: int, vec: int, k_major: bool) -> fx.Layout:
-    """LDS layout of one operand's ``[rows, tile_k]`` slice.
+# The K-major swizzle's period in rows: the chunk of a 128-byte row (8 chunks) is XOR-ed by (row mod 16) / 2.
+_K_MAJOR_SWIZZLE_ROWS = 16
 
-    Both are XOR swizzles on 16-byte chunks (the DMA granule), so every chunk stays whole and
-    contiguous and the fill can place it by the same involution. K-major: row-major, the chunk index
-    within a row XOR-ed by the row (mod 8), so the 16 lanes that read one MFMA fragment's rows hit
-    distinct banks. Otherwise K-outer (rows contiguous: the order the data arrives in and
-    ``ds_read_b64_tr_b16`` reads), the low chunk bits XOR-ed by the K index (mod 8): without it
-    every K row of a 256-row tile starts on the same bank and the transposing reads of 4 K rows
-    collide.
+
+def _lds_layout(rows: int, tile_k: int, vec: int, k_major: bool) -> fx.Layout:
+    """LDS layout of one operand's ``[rows, tile_k]`` slice, swizzled against bank conflicts of its fragment reads.
+
+    Both are XOR swizzles on whole 16-byte chunks (the DMA granule), so every chunk stays contiguous
+    and the fill can place it by the same involution. The bank model is gfx950's (64 banks of 4 bytes,
+    256 bytes a clock: ``emulator/lds_banks.py``): one clock serves 16 lanes of a ``ds_read_b128``, which
+    must touch 64 distinct banks.
+
+    K-major: row-major, 128-byte rows (two a bank period), the chunk index XOR-ed by ``(row mod 16) / 2``:
+    the 16 rows that one clock of a fragment read serves land on 16 distinct 16-byte bank groups (the
+    swizzle of PR 676's and FlyDSL's gfx950 kernels; ``row mod 8`` leaves rows r and r + 8 on the same
+    banks, tests/emulator/test_lds_banks.py).
+
+    Otherwise K-outer (rows contiguous: the order the data arrives in and the transposing reads read),
+    each K row a whole number of bank periods. One clock serves K rows that differ in K bits no single
+    XOR window covers (``_KOUTER``), so the K rows are stored in LDS with their bits reordered, those
+    bits first, and the LDS row's low bits are XOR-ed into the block index of the row.
     """
     if k_major:
         chunks = tile_k // vec
-        swz = fx.SwizzleType.get(min(3, _log2(chunks)), _log2(vec), _log2(chunks))
+        if chunks != _K_MAJOR_SWIZZLE_ROWS // 2:
+            raise ValueError(f"K-major LDS rows must be {_K_MAJOR_SWIZZLE_ROWS // 2} chunks, got {chunks}")
+        swz = fx.SwizzleType.get(_log2(chunks), _log2(vec), _log2(chunks) + 1)
         return fx.make_composed_layout(fx.static(swz), fx.make_ordered_layout((rows, tile_k), (1, 0)))
-    swz = fx.SwizzleType.get(2, _log2(2 * vec), _log2(rows) - _log2(2 * vec))
-    return fx.make_composed_layout(fx.static(swz), fx.make_ordered_layout((rows, tile_k), (0, 1)))
+    block_bytes, xor_bits, order = _KOUTER[DMA_BYTES // vec]
+    block = _log2(block_bytes * vec // DMA_BYTES)  # offset bit of block 0, in elements
+    # K's bit ``order[j]`` is the LDS row's bit ``j``; K's bits past ``order`` keep their place.
+    swz = fx.SwizzleType.get(xor_bits, block, _log2(rows) - block)
+    if order == tuple(range(len(order))):
+        return fx.make_composed_layout(fx.static(swz), fx.make_ordered_layout((rows, tile_k), (0, 1)))
+    lds_bit = {k_bit: j for j, k_bit in enumerate(order)}
+    k_shape = (2,) * len(order) + (tile_k >> len(order),)
+    k_stride = (*(rows << lds_bit[b] for b in range(len(order))), rows << len(order))
+    return fx.make_composed_layout(fx.static(swz), fx.make_layout((rows, k_shape), (1, k_stride)))
+
+
+def _kouter_k_of_lds_row(rho: fx.Int32, itemsize: int) -> fx.Int32:
+    """The tile's K row that K-outer LDS row ``rho`` holds (``_lds_layout``'s bit order, undone)."""
+    order = _KOUTER[itemsize][2]
+    if order == tuple(range(len(order))):
+        return rho
+    k = (rho >> len(order)) << len(order)
+    for j, k_bit in enumerate(order):
+        k = k + (((rho >> j) & 1) << k_bit)
+    return k
+
+
+# K-outer LDS per element size: (block bytes, XOR bits, K bits in LDS-row order). One clock of the
+# fragment read (64 banks x 4 bytes, ``emulator/lds_banks.py``; K rows read as the emulator's
+# ``lds_conflicts`` probe shows them) serves, for 16-bit ``ds_read_b64_tr_b16``, the 8 K rows ``8 g + 4 j +
+# r`` (``g`` the phase's two lane groups, ``r < 4``) of 32 bytes: K bits 0, 1, 3 vary, onto 8 blocks of 32
+# bytes; for 8-bit ``_tr_b8`` the 16 K rows ``32 g + 8 j + r`` (``r < 8``) of 16 bytes: K bits 0, 1, 2, 5, onto
+# 16 blocks of 16; for fp32 ``ds_read_b32`` the 4 K rows ``4 j + r`` of 64 bytes: K bits 0, 1, onto 4
+# blocks of 64. (The single ``32-byte block ^= K mod 4`` before left them 2-, 4- and 2-way conflicted.)
+_KOUTER = {
+    2: (32, 3, (0, 1, 3, 2)),
+    1: (16, 4, (0, 1, 2, 5, 3, 4)),
+    4: (64, 2, (0, 1)),
+}
 
 
 def _s2r_atom(p: GemmParams, elem: type, k_major: bool) -> fx.CopyAtom:
@@ -295,57 +349,71 @@ def gemm_kernel(
     # The wave's LDS destination is uniform: lane l lands at base + 16 * l.
     wave_base = rocdl.readfirstlane(fx.Int32.ir_type, fx.Int32(tid // WAVE_SIZE * WAVE_SIZE * vec))
 
-    def fill(lds_stage, src, layout, rows_tile, rows, first_row, ld, k_major, loads, k_tile):
-        """Issue this thread's DMA transfers of one operand's K tile ``k_tile`` into ``lds_stage``.
+    def fill_plan(src, layout, rows_tile, rows, first_row, ld, k_major, loads):
+        """What one operand's DMA fill needs beyond the K tile, computed once, before the K loop.
 
-        LDS K column ``c`` of a tile holds global K ``k0 + c``, except for MXFP8, where it holds the
-        K that the block-scaled MFMA expects in that register (``mx.k_of_lds_column``): the fragment
-        reads stay 32 consecutive bytes and the permutation costs nothing in the K loop (``c`` does
-        not depend on the tile).
+        Load ``i`` of this lane lands on LDS element ``pos`` (the wave's 1 KiB at a uniform base:
+        ``wave_base + i * threads * vec``) and holds logical ``(row r, K column c)`` of the tile. LDS K
+        column ``c`` of a tile holds global K ``k0 + c``, except for MXFP8, where it holds the K that the
+        block-scaled MFMA expects in that register (``mx.k_of_lds_column``): the fragment reads stay 32
+        consecutive bytes and the permutation costs nothing in the K loop (``c`` does not depend on the
+        tile). Everything but the K tile's own term is tile-invariant: the element offset of ``(r, c)``
+        at ``k0 = 0`` (a row past the operand's rows already the out-of-bounds offset) stays in a VGPR,
+        the tile's ``k0`` goes into the load's scalar offset (``soffset``), and per tile only the K tail
+        is masked: ``c < k - k0``.
         """
-        k0 = k_tile * tile_k
+        plan = []
+        # K-major: a round of loads covers whole swizzle periods of rows, so every load of a lane holds
+        # the same K column (checked in ``geometry``) and the loads share one K-tail compare per tile.
+        period = _K_MAJOR_SWIZZLE_ROWS
+        c_lane = fx.get_scalar(fx.crd2idx(((tid * vec // tile_k) % period, tid * vec % tile_k), layout)) % tile_k
         for i in range_constexpr(loads):
             pos = (i * threads + tid) * vec  # LDS element this lane's 16 bytes land on
             if const_expr(k_major):
-                r = pos // tile_k
                 # The swizzle permutes chunks within a row and is its own inverse: the logical K
                 # column stored at ``pos`` is where ``(r, pos % tile_k)`` maps to.
-                c = fx.get_scalar(fx.crd2idx((r, pos % tile_k), layout)) % tile_k
+                r = pos // tile_k
+                c = c_lane
             else:
-                c = pos // rows_tile
+                c = _kouter_k_of_lds_row(pos // rows_tile, p.elem_bytes)
                 r = fx.get_scalar(fx.crd2idx((pos % rows_tile, c), layout)) % rows_tile
             g_row = first_row + r
-            g_k = k0 + (mx.k_of_lds_column(c) if const_expr(p.mx) else c)
+            g_k = mx.k_of_lds_column(c) if const_expr(p.mx) else c
             offset = g_row * ld + g_k if const_expr(k_major) else g_k * ld + g_row
-            offset = ((g_row < rows) & (g_k < k)).select(offset, oob_in)
+            plan.append(((g_row < rows).select(offset, oob_in), g_row, g_k))
+        return src, plan, rows, ld, k_major
+
+    def fill_issuers(lds_stage, plan, k_tile):
+        """Issuers of one operand's DMA transfers of K tile ``k_tile`` into ``lds_stage`` (``fill_plan``)."""
+        src, loads, rows, ld, k_major = plan
+        k0 = k_tile * tile_k
+
+        def issue(i, base, g_row, g_k):
+            if const_expr(p.pinned):
+                # Only the K tail is per tile; the tile's offset goes into the scalar offset, in elements
+                # like the VGPR one (FlyDSL scales both).
+                offset = (g_k < k - k0).select(base, oob_in)
+                atom = fx.atom_set_value(dma, "soffset", k0 * (1 if const_expr(k_major) else ld))
+            else:
+                # LLVM's own MFMAs (fp32) keep their accumulators in place only with the whole offset in
+                # the VGPR, computed per tile (the scalar form moved 22 of fp32 NT's between registers).
+                g_k = k0 + g_k
+                offset = g_row * ld + g_k if const_expr(k_major) else g_k * ld + g_row
+                offset = ((g_row < rows) & (g_k < k)).select(offset, oob_in)
+                atom = dma
             src_v = fx.make_view(fx.get_iter(src) + offset, fx.make_layout(1, 1))
             dst_v = fx.make_view(lds_stage + (wave_base + i * threads * vec), fx.make_layout(1, 1))
-            fx.copy_atom_call(dma, src_v, dst_v)
+            fx.copy_atom_call(atom, src_v, dst_v)
+
+        return [functools.partial(issue, i, *load) for i, load in enumerate(loads)]
+
+    plan_a = fill_plan(a_buf, a_layout, tile_m, m, row0, ld_lhs, p.lhs_k_major, tile_m * tile_k // vec // threads)
+    plan_b = fill_plan(b_buf, b_layout, tile_n, n, col0, ld_rhs, p.rhs_k_major, tile_n * tile_k // vec // threads)
 
     def fill_stage(stage, k_tile):
-        fill(
-            lds_a + stage * (tile_m * tile_k),
-            a_buf,
-            a_layout,
-            tile_m,
-            m,
-            row0,
-            ld_lhs,
-            p.lhs_k_major,
-            tile_m * tile_k // vec // threads,
-            k_tile,
-        )
-        fill(
-            lds_b + stage * (tile_n * tile_k),
-            b_buf,
-            b_layout,
-            tile_n,
-            n,
-            col0,
-            ld_rhs,
-            p.rhs_k_major,
-            tile_n * tile_k // vec // threads,
-            k_tile,
+        """Issuers of both operands' DMA transfers of K tile ``k_tile`` into LDS stage ``stage``."""
+        return fill_issuers(lds_a + stage * (tile_m * tile_k), plan_a, k_tile) + fill_issuers(
+            lds_b + stage * (tile_n * tile_k), plan_b, k_tile
         )
 
     # The MMA computes the tile transposed: its A operand is rhs (output columns), its B operand lhs
@@ -365,43 +433,94 @@ def gemm_kernel(
         mfma.fence_accumulators(acc, mfma.OPERAND_WAIT_STATES)
     frag_rhs_copy = thr_copy_rhs.retile(frag_rhs)
     frag_lhs_copy = thr_copy_lhs.retile(frag_lhs)
+    # Only the transposing 8-bit reads' fragments pass through VALU (v_perm_b32) on their way to the MFMA.
+    fenced = tuple(p.elem_bytes == 1 and not km for km in (p.rhs_k_major, p.lhs_k_major))
 
-    def multiply(stage, words=None):
-        """One K tile from LDS stage ``stage``; MXFP8 passes its (rhs, lhs) scale ``words`` (byte 0)."""
+    def reads(stage, kc):
+        """Issuers of chunk ``kc``'s fragment reads from LDS stage ``stage``, one per repetition:
+        (MMA A = rhs, MMA B = lhs)."""
         src_rhs = thr_copy_rhs.partition_S(fx.make_view(lds_b + stage * (tile_n * tile_k), b_layout))
         src_lhs = thr_copy_lhs.partition_S(fx.make_view(lds_a + stage * (tile_m * tile_k), a_layout))
+        return tuple(
+            [functools.partial(fx.copy, s2r, src[None, r, kc], dst[None, r, kc]) for r in range(reps)]
+            for s2r, src, dst, reps in (
+                (s2r_rhs, src_rhs, frag_rhs_copy, fx.size(frag_rhs.shape[1]).get_static_leaf_int),
+                (s2r_lhs, src_lhs, frag_lhs_copy, fx.size(frag_lhs.shape[1]).get_static_leaf_int),
+            )
+        )
 
+    def sync(own_reads=False):
+        """Publish the DMA'd tile to every wave, and prove every wave has finished reading the stage the
+        next fill overwrites. ``own_reads``: this wave may still have fragment reads in flight (the
+        hand-over below), so it waits for them first: the barrier does not."""
+        if const_expr(own_reads):
+            rocdl.s_waitcnt(vmcnt=0, lgkmcnt=0)
+        else:
+            rocdl.s_waitcnt(vmcnt=0)
+        rocdl.s_barrier()
+
+    # The hand-over inside the loop: during tile t's last B repetitions (HANDOVER_REPS), the sync (tile t + 1
+    # has landed, every wave is done reading tile t), at once the DMA of tile t + 2 into tile t's stage,
+    # and with two K chunks (bf16 / fp16) tile t + 1's chunk-0 reads (the last repetitions read chunk 1's
+    # fragments). So the memory stream never waits for a tile's MFMAs (each transfer has a whole tile to
+    # land: the fabric-bound timing model's figure, docs/perf-model.md), and the next tile's MFMAs start
+    # at once. Not with bgrad, whose row sums read the tile after its MFMAs, nor MXFP8, whose scale
+    # words, loaded after the MFMAs, would then wait for the DMA issued just before them.
+    handover = p.pinned and not p.epi_rowsum and not p.mx
+
+    def multiply(stage, words=None, fills=(), next_stage=None):
+        """One K tile from LDS stage ``stage``. Without ``handover``, ``fills`` (the DMA issuers of the next
+        tile) go out first, before the tile's fragment reads; with it, they are tile t + 2's, issued with
+        the hand-over of ``next_stage`` (None for the last tile), and with two K chunks chunk 0's
+        fragments are already read. MXFP8 passes its (rhs, lhs) scale ``words`` (byte 0)."""
         if const_expr(not p.pinned):
             # LLVM's own MFMA selection (fp32: KernelConfig.agpr_accumulators): its scheduler
-            # interleaves the reads with the MFMAs itself.
+            # interleaves the reads and the DMA with the MFMAs itself.
+            for issue in fills:
+                issue()
+            src_rhs = thr_copy_rhs.partition_S(fx.make_view(lds_b + stage * (tile_n * tile_k), b_layout))
+            src_lhs = thr_copy_lhs.partition_S(fx.make_view(lds_a + stage * (tile_m * tile_k), a_layout))
             for kc in range_constexpr(k_chunks):
                 fx.copy(s2r_lhs, src_lhs[None, None, kc], frag_lhs_copy[None, None, kc])
                 fx.copy(s2r_rhs, src_rhs[None, None, kc], frag_rhs_copy[None, None, kc])
                 fx.gemm(tiled_mma, acc, frag_rhs[None, None, kc], frag_lhs[None, None, kc], acc)
             return
 
-        def reads(kc):
-            """Issuers of chunk ``kc``'s fragment reads, one per repetition: (MMA A = rhs, MMA B = lhs)."""
-            return tuple(
-                [functools.partial(fx.copy, s2r, src[None, r, kc], dst[None, r, kc]) for r in range(reps)]
-                for s2r, src, dst, reps in (
-                    (s2r_rhs, src_rhs, frag_rhs_copy, fx.size(frag_rhs.shape[1]).get_static_leaf_int),
-                    (s2r_lhs, src_lhs, frag_lhs_copy, fx.size(frag_lhs.shape[1]).get_static_leaf_int),
-                )
-            )
-
         # The MFMAs run B-repetition by B-repetition (kernels/mfma.py), and what they read is issued
         # among them: with several K chunks, chunk kc + 1's fragments during chunk kc; with one, each B
         # fragment during the MFMAs of the one before it (so only A's and two of B's are live).
-        a_reads, b_reads = reads(0)
-        first = a_reads + b_reads if k_chunks > 1 else a_reads + b_reads[:1]
-        for issue in first:
-            issue()
+        a_reads, b_reads = reads(stage, 0)
+        hand_over = []
+        if const_expr(not handover):
+            for issue in fills:
+                issue()
+        elif const_expr(next_stage is not None):
+            hand_over = [functools.partial(sync, True), *fills]
+            if const_expr(k_chunks > 1):
+                hand_over += [issue for side in reads(next_stage, 0) for issue in side]
+        if const_expr(not handover or k_chunks == 1):
+            for issue in a_reads + b_reads if k_chunks > 1 else a_reads + b_reads[:1]:
+                issue()
+        b_reps = fx.size(frag_lhs.shape[1]).get_static_leaf_int
+        a_reps = fx.size(frag_rhs.shape[1]).get_static_leaf_int
         for kc in range_constexpr(k_chunks):
-            later = [issue for side in reads(kc + 1) for issue in side] if kc + 1 < k_chunks else []
-            upcoming = b_reads[1:] if k_chunks == 1 else later
+            later = [issue for side in reads(stage, kc + 1) for issue in side] if kc + 1 < k_chunks else []
+            upcoming = [(0, b_reads[1:] if k_chunks == 1 else later)]
+            if const_expr(kc == k_chunks - 1):
+                # With one K chunk the tile's own B reads run to the start of the last repetition: the
+                # hand-over, which lets the next DMA overwrite this stage, waits for that one.
+                reps = HANDOVER_REPS if k_chunks > 1 else 1
+                upcoming.append(((b_reps - reps) * a_reps, hand_over))
             mfma.gemm(
-                acc, frag_rhs[None, None, kc], frag_lhs[None, None, kc], p.rhs_elem, p.lhs_elem, p.mx, words, upcoming
+                acc,
+                frag_rhs[None, None, kc],
+                frag_lhs[None, None, kc],
+                p.rhs_elem,
+                p.lhs_elem,
+                p.mx,
+                words,
+                upcoming,
+                fenced,
             )
 
     # Ping-pong: the barrier after the wait both publishes tile t and proves every wave has finished
@@ -420,35 +539,44 @@ def gemm_kernel(
         groups = (k_tiles + steps - 1) // steps
         # One K tile per iteration; tile t's scales are byte t % 4 of the group's words, which the
         # MFMAs read as byte 0: the words shift down one byte per tile (kernels/mx.py).
-        fill_stage(0, 0)
+        for issue in fill_stage(0, 0):
+            issue()
         words = (mx.load_words(sw_rhs, 0, groups), mx.load_words(sw_lhs, 0, groups))
         for t in range(0, k_tiles - 1, 1):
-            rocdl.s_waitcnt(vmcnt=0)
-            rocdl.s_barrier()
-            fill_stage((t + 1) % 2, t + 1)
-            multiply(t % 2, words)
+            sync()
+            multiply(t % 2, words, fill_stage((t + 1) % 2, t + 1))
             if (t + 1) % steps == 0:
                 group = (t + 1) // steps
                 words = (mx.load_words(sw_rhs, group, groups), mx.load_words(sw_lhs, group, groups))
             else:
                 words = mx.next_byte(words)
-        rocdl.s_waitcnt(vmcnt=0)
-        rocdl.s_barrier()
+        sync()
         last = (k_tiles < 1).select(1, k_tiles)  # K = 0 multiplies the zero-filled stage 0
         multiply((last + 1) % 2, words)
     else:
         # bgrad (kernels/rowsum.py): after each tile's MFMAs the first tile column adds lhs's rows up in LDS.
         sums = rowsum.start(p)
-        fill_stage(0, 0)
+        for issue in fill_stage(0, 0):
+            issue()
+        if const_expr(handover):
+            # Tile 1's DMA right after tile 0's sync, and tile 0's chunk-0 reads (bf16 / fp16).
+            sync()
+            for issue in fill_stage(1, 1):
+                issue()
+            if const_expr(k_chunks > 1):
+                for issue in [issue for side in reads(0, 0) for issue in side]:
+                    issue()
         for t in range(0, k_tiles - 1, 1):
-            rocdl.s_waitcnt(vmcnt=0)
-            rocdl.s_barrier()
-            fill_stage((t + 1) % 2, t + 1)
-            multiply(t % 2)
+            if const_expr(handover):
+                # Tile t + 2 goes into tile t's stage (past K, as in the last iteration, it loads zeros).
+                multiply(t % 2, None, fill_stage(t % 2, t + 2), (t + 1) % 2)
+            else:
+                sync()
+                multiply(t % 2, None, fill_stage((t + 1) % 2, t + 1))
             if const_expr(p.epi_rowsum) and bn == 0:
                 sums = rowsum.add(p, sums, lds_a + (t % 2) * (tile_m * tile_k), a_layout, elem_a, tid)
-        rocdl.s_waitcnt(vmcnt=0)
-        rocdl.s_barrier()
+        if const_expr(not handover):
+            sync()
         # The last tile sits in stage (k_tiles - 1) % 2; K = 0 has none, and multiplies the zeros that the
         # all-out-of-bounds fill of tile 0 left in stage 0, giving beta * out.
         last = (k_tiles < 1).select(1, k_tiles)

@@ -16,11 +16,12 @@ or memory instruction (up to 12 for these MFMAs). Accumulators flow from MFMA to
 registers, which needs none. Everything else an MFMA reads or a consumer takes from one goes
 through :func:`fence`: an asm statement that holds the ``s_nop``s and hands its operands back in
 the same registers, so whatever produced them comes before the nops and whatever reads them after
-(a data dependency, which no scheduler can reorder): the fragments before their MFMAs (the compiler
-may assemble them with VALU instructions), the zeroed accumulators before the first MFMAs, MXFP8's
-shifted scale words, and the accumulators before the epilogue reads them. The emulator checks the
-wait states of every kernel it runs, so a missing one fails the kernel tests; it found the
-fragments' case (``v_perm_b32`` one wait state before an MFMA in the MXFP8 NT kernels).
+(a data dependency, which no scheduler can reorder): the fragments of the transposing 8-bit reads
+before their MFMAs (the compiler assembles them with VALU instructions; an LDS read's own fragments
+need none), the zeroed accumulators before the first MFMAs, MXFP8's shifted scale words, and the
+accumulators before the epilogue reads them. The emulator checks the wait states of every kernel it
+runs, so a missing one fails the kernel tests; it found the fragments' case (``v_perm_b32`` one wait
+state before an MFMA in the MXFP8 NT kernels).
 
 The MMA's A operand is the output-column side and B the output-row side (``gemm.make_tiled_mma``):
 the MFMA computes ``out^T`` per 16 x 16 block, so a lane's four accumulators of one block are four
@@ -97,7 +98,8 @@ def gemm(
     b_elem: str,
     mx: bool = False,
     words: tuple[list[fx.Int32], list[fx.Int32]] | None = None,
-    interleave: Sequence[Callable[[], None]] = (),
+    interleave: Sequence[tuple[int, Sequence[Callable[[], None]]]] = (),
+    fenced: tuple[bool, bool] = (True, True),
 ) -> None:
     """One K chunk of the wave's MFMAs: ``acc[:, i, j] += A[:, i] . B[:, j]``, accumulators in AGPRs.
 
@@ -107,35 +109,47 @@ def gemm(
 
     The MFMAs keep their program order (side-effecting asm: neither the scheduler nor memory
     operations cross them), so this is where the kernel schedules. They run B repetition by B
-    repetition (B fragment ``j`` is dead after its ``a_reps`` MFMAs), and ``interleave`` (issuers of
-    fragment reads) are spread over them, thunk ``t`` just before MFMA ``t * total // (len + 1)``:
-    ``len`` = ``b_reps - 1`` puts B fragment ``t + 1``'s read at the start of B repetition ``t``, one
-    repetition ahead of its use. Each read's LDS latency hides behind the MFMAs after it; a wave
-    alone on its SIMD (4 waves) has no other wave to hide it.
+    repetition (B fragment ``j`` is dead after its ``a_reps`` MFMAs). ``interleave`` holds ``(first,
+    issuers)`` pairs (fragment reads, the kernel's hand-over to the next tile), each list spread over
+    the MFMAs from ``first`` on its own, issuer ``t`` just before MFMA ``first + t * (total - first) //
+    (len + 1)``: from 0, ``len`` = ``b_reps - 1`` puts B fragment ``t + 1``'s read at the start of B
+    repetition ``t``, one repetition ahead of its use. Each read's
+    latency hides behind the MFMAs after it; a wave alone on its SIMD (4 waves) has no other wave to
+    hide it. At most one issuer a gap between MFMAs keeps the XDL pipe fed: llvm-mca's gfx950 model
+    dispatches one instruction a cycle and an MFMA of 4 passes holds the pipe for 4.
+
+    ``fenced`` says, for A and B, whether a fragment may leave its LDS read through VALU instructions
+    (the transposing 8-bit reads' bytes are put in operand order with ``v_perm_b32``), which an MFMA may
+    not read for 2 wait states: such a fragment passes through a fence before its first MFMA (A's
+    together, B's one by one). A fragment an LDS read writes needs none (its ``s_waitcnt`` orders it).
     """
     text, constraints = _asm(a_elem, b_elem, mx)
     f32x4 = T.vec(4, T.f32)
     a_reps = fx.size(acc.shape[1]).get_static_leaf_int
     b_reps = fx.size(acc.shape[2]).get_static_leaf_int
     total = a_reps * b_reps
-    slots = {t * total // (len(interleave) + 1): t for t in range(len(interleave))}
-    # Fragments may leave the LDS read through VALU instructions (the transposing 8-bit reads' bytes
-    # are put in operand order with v_perm_b32), which an MFMA may not read for 2 wait states: each
-    # fragment passes through a fence before its first MFMA (A's together, B's one by one, after the
-    # read that the previous B repetition's MFMAs hid).
-    a_ops = fence([_operand(frag_a[None, i], a_elem) for i in range_constexpr(a_reps)], "v", OPERAND_WAIT_STATES)
+    slots: dict[int, list[Callable[[], None]]] = {}
+    for first, issuers in interleave:
+        for t, issue in enumerate(issuers):
+            slots.setdefault(first + t * (total - first) // (len(issuers) + 1), []).append(issue)
+
+    def operands(frag: fx.Tensor, elem: str, reps: range, fence_them: bool) -> list[ir.Value]:
+        values = [_operand(frag[None, r], elem) for r in reps]
+        return fence(values, "v", OPERAND_WAIT_STATES) if fence_them else values
+
+    a_ops = operands(frag_a, a_elem, range_constexpr(a_reps), fenced[0])
     for j in range_constexpr(b_reps):
         for i in range_constexpr(a_reps):
-            if const_expr(j * a_reps + i in slots):
-                interleave[slots[j * a_reps + i]]()
+            for issue in slots.get(j * a_reps + i, ()):
+                issue()
             if const_expr(i == 0):
-                b_op = fence([_operand(frag_b[None, j], b_elem)], "v", OPERAND_WAIT_STATES)[0]
+                b_op = operands(frag_b, b_elem, [j], fenced[1])[0]
             c = acc[None, i, j]
-            operands = [a_ops[i], b_op]
+            ops = [a_ops[i], b_op]
             if const_expr(mx):
-                operands += [fx.as_ir_value(words[0][i]), fx.as_ir_value(words[1][j])]
-            operands.append(fx.as_ir_value(c.load()))
-            d = llvm.inline_asm(f32x4, operands, text, constraints, has_side_effects=True)
+                ops += [fx.as_ir_value(words[0][i]), fx.as_ir_value(words[1][j])]
+            ops.append(fx.as_ir_value(c.load()))
+            d = llvm.inline_asm(f32x4, ops, text, constraints, has_side_effects=True)
             c.store(Vector(d, (4,), fx.Float32))
 
 
