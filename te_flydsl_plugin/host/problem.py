@@ -23,8 +23,6 @@ import torch
 from ..spec import Format, GemmCall, GemmProblem, Layout, OperandSpec
 from . import views
 
-_PLAIN = (torch.Tensor, torch.nn.Parameter)
-
 
 def _split(shape: tuple[int, ...]) -> tuple[int, int]:
     """(rows, cols) of an operand flattened to 2-D: all leading dims form the rows."""
@@ -74,7 +72,7 @@ def _not_tensors(call: GemmCall) -> dict[str, Any]:
     backend never writes into it."""
     odd = {k: v for k, v in (("D", call.D), ("bias", call.bias), ("gelu_in", call.gelu_in))
            if v is not None and not isinstance(v, torch.Tensor)}  # fmt: skip
-    if call.D is not None and isinstance(call.D, torch.Tensor) and type(call.D) not in _PLAIN:
+    if call.D is not None and isinstance(call.D, torch.Tensor) and type(call.D) not in views.PLAIN_TENSORS:
         odd["D"] = call.D
     for k, v in (("alpha", call.alpha), ("beta", call.beta)):
         if v is not None and not isinstance(v, (int, float)):

@@ -254,23 +254,28 @@ def register_te_types(tex: ModuleType) -> list[str]:
     constants = _optional("transformer_engine.pytorch.constants", "DType")
     fp8_formats = register_dtypes(*(e for e in (tex.DType, constants) if e is not None))
     done: list[str] = []
-    for module, name, view in (
+    # (module, class, adapter, verdict-cache key of what the adapter reads; None: the class alone)
+    for module, name, view, key in (
         (
             "transformer_engine.pytorch.tensor.storage.float8_tensor_storage",
             "Float8TensorStorage",
             make_fp8_view(fp8_formats),
+            None,
         ),
         (
             "transformer_engine.pytorch.tensor.storage.mxfp8_tensor_storage",
             "MXFP8TensorStorage",
             make_mxfp8_view(fp8_formats),
+            None,
         ),
-        *((m, n, make_unsupported_view(f, why)) for m, n, f, why in _UNSUPPORTED_CLASSES),
-        *((m, n, make_quantizer_view(tex, fp8_formats, scaling)) for m, n, scaling in _QUANTIZER_CLASSES),
+        *((m, n, make_unsupported_view(f, why), None) for m, n, f, why in _UNSUPPORTED_CLASSES),
+        *(
+            (m, n, make_quantizer_view(tex, fp8_formats, scaling), _quantizer_key if scaling else None)
+            for m, n, scaling in _QUANTIZER_CLASSES
+        ),
     ):
         cls = _optional(module, name)
         if cls is not None:
-            key = _quantizer_key if any(name == q for _, q, scaling in _QUANTIZER_CLASSES if scaling) else None
             views.register(cls, view, key)
             done.append(name)
     return done

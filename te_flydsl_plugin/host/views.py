@@ -50,7 +50,11 @@ def _identity(x: Any) -> View:
     return x
 
 
-for _cls in (torch.Tensor, torch.nn.Parameter, Fp8Operand, MXFP8Operand, OutputQuantizer, Unsupported):
+# The tensor classes whose metadata the host reads as is (a subclass, e.g. TE's quantized Float8Tensor,
+# may hold bytes that are not its values).
+PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+
+for _cls in (*PLAIN_TENSORS, Fp8Operand, MXFP8Operand, OutputQuantizer, Unsupported):
     _converters[_cls] = _identity
 
 

@@ -20,7 +20,7 @@ from . import dispatch, problem, signature, views
 from .device import arch_of
 from .signature import TAIL_KEYWORDS
 
-_PLAIN = (torch.Tensor, torch.nn.Parameter)
+_PLAIN = views.PLAIN_TENSORS  # a module global: the hot path reads it without an attribute lookup
 _ALIGN = views.MAX_ALIGN
 
 
@@ -95,14 +95,14 @@ def wrap_generic_gemm(native: Callable[..., Any]) -> Callable[..., Any]:
         decision = d.cache.get(key)
         vq = None
         if decision is None:
-            vq = _quantizer(quantizer)
+            vq = views.quantizer_of(quantizer, executable=True)
             dev = _device(vb)
             arch = d.settings.target_arch or arch_of(*dev)
             call = _call(va, vb, vq, required, (comm, ctype, extra, bulk, alpha, beta))
             p = problem.build(call, views.spec_of(va), views.spec_of(vb), arch, dev[0])
             decision = d.decide(key, p, _unknown_reason(unknown) if unknown else None)
         if decision.ok:
-            vq = vq or _quantizer(quantizer)
+            vq = vq or views.quantizer_of(quantizer, executable=True)
             call = _call(va, vb, vq, required, (comm, ctype, extra, bulk, alpha, beta))
             out = d.backend.run(decision.problem, call)
             decision.tally.hit()
@@ -114,11 +114,6 @@ def wrap_generic_gemm(native: Callable[..., Any]) -> Callable[..., Any]:
 
     generic_gemm.__te_flydsl_native__ = native  # type: ignore[attr-defined]
     return generic_gemm
-
-
-def _quantizer(q: Any) -> Any:
-    """The call's output quantizer descriptor (None for none); one without a quantize function is declined."""
-    return None if q is None else views.quantizer_of(q, executable=True)
 
 
 def _extra_key(t: Any, start: bool) -> Any:
