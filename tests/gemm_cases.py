@@ -118,6 +118,24 @@ def shapes(layout: Layout, m: int, n: int, k: int, batch: tuple[int, ...] = ()) 
     return (k, n), (k, m)
 
 
+def layout_operands(
+    layout: Layout,
+    a_fmt: Format,
+    b_fmt: Format,
+    m: int,
+    n: int,
+    k: int,
+    gen: torch.Generator,
+    batch: tuple[int, ...] = (),
+) -> tuple[Operand, Operand]:
+    """TE's A and B for ``layout`` (output rows m times batch, columns n, reduction k), each with the MXFP8
+    copy TE's layout reads as its value: A rowwise in TN, B rowwise except in NT."""
+    a_shape, b_shape = shapes(layout, m, n, k, batch)
+    a = make_operand(a_shape, a_fmt, gen, quant_rowwise=layout is Layout.TN)
+    b = make_operand(b_shape, b_fmt, gen, quant_rowwise=layout is not Layout.NT)
+    return a, b
+
+
 def te_math(layout: Layout, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """TE's layout math in float64 on logical shapes (batched B keeps its leading dims)."""
     if layout is Layout.TN:

@@ -18,7 +18,7 @@ import te_flydsl_plugin as tp
 from te_flydsl_plugin.flydsl import matrix
 from te_flydsl_plugin.spec import Format, Layout, ReasonCode
 
-from .gemm_cases import assert_close, dgelu64, gelu64, make_operand, shapes, te_math
+from .gemm_cases import assert_close, dgelu64, gelu64, layout_operands, te_math
 
 M, N, K = 80, 48, 96
 BATCH = (2,)  # TN/NN: B is [2, 40, K] -> D is [2, 40, N]
@@ -43,9 +43,7 @@ def run_gemm(a_fmt, b_fmt, layout, out, epi, native, m=M, n=N, k=K, seed=0, accu
     """Build operands, call the wrapped generic_gemm, and return (result, expected dict)."""
     gen = torch.Generator().manual_seed(seed)
     batch = BATCH if layout is not Layout.NT and m % 2 == 0 else ()
-    a_shape, b_shape = shapes(layout, m // (batch[0] if batch else 1), n, k, batch)
-    a = make_operand(a_shape, a_fmt, gen, quant_rowwise=layout is Layout.TN)
-    b = make_operand(b_shape, b_fmt, gen, quant_rowwise=layout is not Layout.NT)
+    a, b = layout_operands(layout, a_fmt, b_fmt, m // (batch[0] if batch else 1), n, k, gen, batch)
     raw = te_math(layout, a.value, b.value)  # float64, TE's output shape
     out_dtype = {Format.FP32: torch.float32, Format.BF16: torch.bfloat16, Format.FP16: torch.float16}[out]
     bias_dtype = torch.bfloat16 if out is Format.FP32 else out_dtype

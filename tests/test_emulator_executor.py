@@ -15,7 +15,7 @@ from te_flydsl_plugin import llvm
 from te_flydsl_plugin.host import dispatch
 from te_flydsl_plugin.spec import Format, Layout
 
-from .gemm_cases import make_operand, shapes
+from .gemm_cases import layout_operands
 
 pytestmark = [
     pytest.mark.emulator,
@@ -47,9 +47,7 @@ def test_emulator_executor_matches_reference(native, a_fmt, b_fmt, layout, out, 
 
     m, n, k = mnk
     gen = torch.Generator().manual_seed(7)
-    a_shape, b_shape = shapes(layout, m, n, k)
-    a = make_operand(a_shape, a_fmt, gen, quant_rowwise=layout is Layout.TN).passed
-    b = make_operand(b_shape, b_fmt, gen, quant_rowwise=layout is not Layout.NT).passed
+    a, b = (op.passed for op in layout_operands(layout, a_fmt, b_fmt, m, n, k, gen))
     out_dtype = {Format.FP32: torch.float32, Format.BF16: torch.bfloat16}[out]
     try:
         before = launch.launch_counts["emulator"]

@@ -15,7 +15,7 @@ from te_flydsl_plugin.host import dispatch
 from te_flydsl_plugin.host.device import current_arch
 from te_flydsl_plugin.spec import Format, Layout
 
-from .gemm_cases import make_operand, shapes
+from .gemm_cases import layout_operands
 
 pytestmark = [
     pytest.mark.gfx950,
@@ -56,9 +56,7 @@ def test_compiled_kernels_match_reference(native, layout, a_fmt, b_fmt, mnk):
 
     m, n, k = mnk
     gen = torch.Generator().manual_seed(11)
-    a_shape, b_shape = shapes(layout, m, n, k)
-    a = _to_device(make_operand(a_shape, a_fmt, gen, quant_rowwise=layout is Layout.TN).passed)
-    b = _to_device(make_operand(b_shape, b_fmt, gen, quant_rowwise=layout is not Layout.NT).passed)
+    a, b = (_to_device(op.passed) for op in layout_operands(layout, a_fmt, b_fmt, m, n, k, gen))
     before = launch.launch_counts["flydsl"]
     try:
         got, s = _gemm("flydsl", a, b, layout, torch.bfloat16, native)

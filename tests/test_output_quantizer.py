@@ -25,7 +25,7 @@ from te_flydsl_plugin.operands import FP8_TORCH_DTYPES, OutputQuantizer
 from te_flydsl_plugin.spec import Format, Layout, QuantizerSpec
 
 from .conftest import RecordingNative
-from .gemm_cases import make_operand, shapes
+from .gemm_cases import layout_operands
 
 FP8_MAX = {Format.FP8_E4M3: 448.0, Format.FP8_E5M2: 57344.0}  # OCP FP8 largest finite values
 
@@ -84,9 +84,7 @@ CASES = [
 def _case_args(a_fmt, b_fmt, layout, epilogue, mnk, batched, out_dtype, q):
     m, n, k = mnk
     gen = torch.Generator().manual_seed(11)
-    a_shape, b_shape = shapes(layout, m, n, k)
-    a = make_operand(a_shape, a_fmt, gen, quant_rowwise=layout is Layout.TN).passed
-    b = make_operand(b_shape, b_fmt, gen, quant_rowwise=layout is not Layout.NT).passed
+    a, b = (op.passed for op in layout_operands(layout, a_fmt, b_fmt, m, n, k, gen))
     if batched:
         b = b.view(2, m // 2, k) if isinstance(b, torch.Tensor) else b
     extra = {}

@@ -27,7 +27,7 @@ from te_flydsl_plugin.flydsl.mx_layout import pack_scales, packed_shape
 from te_flydsl_plugin.flydsl.plan_types import GemmPlan, KernelOperand, Piece
 from te_flydsl_plugin.spec import Format, Layout
 
-from ..gemm_cases import make_mxfp8, make_operand, shapes, te_math
+from ..gemm_cases import layout_operands, make_mxfp8, te_math
 from .helpers import needs_toolchain, plan_of, run_and_compare, tolerance, with_epilogue
 
 F = Format
@@ -212,9 +212,7 @@ def test_mx_end_to_end_through_the_emulator_executor(native, layout: Layout) -> 
 
     m, n, k = 48, 32, 544
     gen = torch.Generator().manual_seed(3)
-    a_shape, b_shape = shapes(layout, m, n, k)
-    a = make_operand(a_shape, F.MXFP8_E4M3, gen, quant_rowwise=layout is Layout.TN)
-    b = make_operand(b_shape, F.MXFP8_E5M2, gen, quant_rowwise=layout is not Layout.NT)
+    a, b = layout_operands(layout, F.MXFP8_E4M3, F.MXFP8_E5M2, m, n, k, gen)
     runs, packs = launch.launch_counts["emulator"], scale_pack.launch_counts["emulator"]
     try:
         dispatch.configure(backend="flydsl", executor="emulator", env={})
