@@ -1,0 +1,62 @@
+"""tools/peer_pr676.py without PR 676's sources: its argument handling, their shape rules, and the cut of
+one steady iteration out of an unrolled K loop (docs/perf-model.md, "PR 676")."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+
+import pytest
+
+TOOL = Path(__file__).resolve().parents[1] / "tools" / "peer_pr676.py"
+
+
+def _tool() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("peer_pr676", TOOL)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(spec.name, mod)  # its dataclass looks its module up there
+    spec.loader.exec_module(sys.modules[spec.name])
+    return sys.modules[spec.name]
+
+
+def test_arguments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tool = _tool()
+    with pytest.raises(SystemExit) as exc:  # a directory without their kernel module
+        tool.parse_args([str(tmp_path), "--commit", "abc"])
+    assert exc.value.code == 2 and "bf16_gemm.py" in capsys.readouterr().err
+    (tmp_path / "bf16_gemm.py").write_text("")
+    with pytest.raises(SystemExit):
+        tool.parse_args([str(tmp_path), "--commit", "abc", "--kinds", "fp4"])
+    assert "--kinds" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # the commit is part of every result
+        tool.parse_args([str(tmp_path)])
+    args = tool.parse_args([str(tmp_path), "--commit", "abc"])
+    assert args.kinds == ["bf16"] and args.out == tool.OUT
+
+
+def test_their_shape_rules() -> None:
+    tool = _tool()
+    assert tool.accepts("bf16", 8192, 8192, 8192)
+    assert not tool.accepts("bf16", 8192, 29568, 8192)  # Qwen2.5-72B's FFN: 29568 = 115.5 x 256
+    assert not tool.accepts("bf16", 256, 256, 192)  # 3 K64 tiles: below their pipeline's 4
+    assert tool.gemm_bytes("bf16", 256, 256, 64) == 2 * 256 * 64 * 2 + 256 * 256 * 2
+
+
+def _insts(ops: str) -> list[SimpleNamespace]:
+    return [SimpleNamespace(opcode=o) for o in ops]
+
+
+def test_unrolled_iteration() -> None:
+    """prologue P, a first iteration that differs (x), steady iterations 'mmdmb' (period 5), a tail t."""
+    tool = _tool()
+    short = _insts("PPP" + "xmmdmb" + "mmdmb" + "tt")
+    long = _insts("PPP" + "xmmdmb" + "mmdmb" * 5 + "tt")
+    body, n = tool.unrolled_iteration(short, long, 4)
+    assert n == 2 and len(body) == 10
+    ops = "".join(i.opcode for i in body)
+    assert ops[:5] == ops[5:] and sorted(ops[:5]) == sorted("mmdmb")  # a rotation of one steady iteration
+    with pytest.raises(ValueError):
+        tool.unrolled_iteration(long, short, 4)
