@@ -32,6 +32,3 @@ def reference_dispatcher() -> Iterator[dispatch.Dispatcher]:
     d = dispatch.configure(backend="flydsl", executor="reference", env={})
     yield d
     dispatch.configure(backend="default", executor=None, env={})
-    from te_flydsl_plugin.flydsl.plugin import backend
-
-    backend().select_executor("auto")

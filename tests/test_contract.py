@@ -27,8 +27,8 @@ BATCH = (2,)  # TN/NN: B is [2, 40, K] -> D is [2, 40, N]
 def _cases():
     caps = matrix.capabilities()
     for row in caps.rows:
-        for layout, out, epi in itertools.product(row.layouts, row.out_dtypes, row.epilogues):
-            if layout in matrix.EPILOGUE_LAYOUTS[epi]:
+        for layout, out, (epi, where) in itertools.product(caps.layouts, caps.out_dtypes, caps.epilogues):
+            if layout in where:
                 yield pytest.param(
                     row.a_format,
                     row.b_format,

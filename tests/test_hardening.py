@@ -143,9 +143,6 @@ def emulator_dispatcher():
     d = dispatch.configure(backend="flydsl", executor="emulator", env={})
     yield d
     dispatch.configure(backend="default", executor=None, env={})
-    from te_flydsl_plugin.flydsl.plugin import backend
-
-    backend().select_executor("auto")
 
 
 @pytest.mark.emulator

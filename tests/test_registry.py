@@ -153,6 +153,3 @@ def test_settings_are_validated_when_the_dispatcher_is_created():
         assert issubclass(registry.BackendSelectionError, SettingsError)
     finally:
         dispatch.configure(backend="default", env={})
-        from te_flydsl_plugin.flydsl.plugin import backend
-
-        backend().select_executor("auto")
