@@ -404,11 +404,21 @@ def _shapes(c: Case) -> Iterator[Reason]:
         )
 
 
+def _along_mn_words() -> str:
+    """The operands a layout reads along M or N (READS_ROWWISE False): ``NN's A, NT's A and B``."""
+    parts = []
+    for lay, (a, b) in READS_ROWWISE.items():
+        names = [name for name, rowwise in (("A", a), ("B", b)) if not rowwise]
+        if names:
+            parts.append(f"{lay.value}'s {' and '.join(names)}")
+    return ", ".join(parts)
+
+
 @rule(
     "non-K-major operands",
-    "bf16/fp16/fp32 operands that are not K-major (NN's A, NT's A and B) need their contiguous dim to be a "
-    "multiple of the K multiple too (16-byte vectors); MXFP8 operands read from columnwise storage (NN's A, "
-    f"NT's A and B) need it a multiple of {MX_MN_VECTOR}",
+    f"bf16/fp16/fp32 operands that are not K-major ({_along_mn_words()}) need their contiguous dim to be a "
+    "multiple of the K multiple too (16-byte vectors); MXFP8 operands read from columnwise storage "
+    f"({_along_mn_words()}) need it a multiple of {MX_MN_VECTOR}",
 )
 def _non_k_major(c: Case) -> Iterator[Reason]:
     """Operands read along M or N (READS_ROWWISE False; FP8 reads its K-major transpose) need full vectors there."""

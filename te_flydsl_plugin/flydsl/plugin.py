@@ -28,7 +28,10 @@ def _has_module(name: str) -> bool:
 
 
 class FlydslBackend:
-    """FlyDSL GEMMs for gfx950; ``executor`` picks compiled kernels, the emulator or the torch reference."""
+    """FlyDSL GEMMs for gfx950; ``executor`` picks compiled kernels, the emulator or the torch reference.
+
+    The executor is fixed for the object's life: :meth:`with_executor` makes another object for another one.
+    """
 
     name = "flydsl"
     version = __version__
