@@ -24,6 +24,7 @@ from .spec import (
     Capabilities,
     CapabilityRow,
     Format,
+    GemmBackend,
     GemmCall,
     GemmProblem,
     Layout,
@@ -67,6 +68,11 @@ def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
 # ---------------------------------------------------------------- capabilities
 
 
+def _epilogue_words(caps: Capabilities, sep: str) -> str:
+    """Each fused epilogue with the layouts it is defined in: ``bias (TN)``."""
+    return ", ".join(f"{e} ({sep.join(x.value for x in lays)})" for e, lays in caps.epilogues)
+
+
 def markdown(caps: Capabilities) -> str:
     """The capability table as Markdown (docs/capabilities.md is exactly this text)."""
     lines = [
@@ -82,22 +88,27 @@ def markdown(caps: Capabilities) -> str:
         "",
         f"Target archs: {', '.join(caps.archs)}",
         "",
-        "| A | B | layouts | outputs | epilogues | K multiple | kernel | backed |",
-        "|---|---|---|---|---|---|---|---|",
+        f"Every row: layouts {' '.join(x.value for x in caps.layouts)}; outputs "
+        f"{' '.join(x.value for x in caps.out_dtypes)}; epilogues {_epilogue_words(caps, ' ')}.",
+        "",
+        "| A | B | K multiple | kernel | backed |",
+        "|---|---|---|---|---|",
     ]
     for r in caps.rows:
         backed = "<br>".join(f"{lay.value} {o.value} {e}" for lay, o, e in r.backed) or "no"
-        lines.append(
-            f"| {r.a_format.value} | {r.b_format.value} | {' '.join(x.value for x in r.layouts)} | "
-            f"{' '.join(x.value for x in r.out_dtypes)} | {' '.join(r.epilogues)} | {r.k_multiple} | "
-            f"`{r.kernel}` | {backed} |"
-        )
-    lines += ["", "## Rules", ""]
+        lines.append(f"| {r.a_format.value} | {r.b_format.value} | {r.k_multiple} | `{r.kernel}` | {backed} |")
+    lines += [
+        "",
+        "## Rules",
+        "",
+        "What `check` evaluates, rule by rule in its order (`RULES` in `flydsl/matrix.py`).",
+        "",
+    ]
     lines += [f"- **{topic}**: {rule}" for topic, rule in caps.rules]
     return "\n".join(lines) + "\n"
 
 
-def _backed_summary(row: CapabilityRow) -> str:
+def _backed_summary(row: CapabilityRow, caps: Capabilities) -> str:
     """The row's backed (layout, output, epilogue) combinations, per epilogue: ``plain TN,NN,NT x fp32,bf16``
     when they are every pair of the layouts and outputs named, else each pair (``TN/fp32``)."""
     if not row.backed:
@@ -105,8 +116,8 @@ def _backed_summary(row: CapabilityRow) -> str:
     parts = []
     for epi in dict.fromkeys(e for _, _, e in row.backed):
         pairs = {(lay, out) for lay, out, e in row.backed if e == epi}
-        lays = [x for x in row.layouts if any(lay is x for lay, _ in pairs)]
-        outs = [x for x in row.out_dtypes if any(out is x for _, out in pairs)]
+        lays = [x for x in caps.layouts if any(lay is x for lay, _ in pairs)]
+        outs = [x for x in caps.out_dtypes if any(out is x for _, out in pairs)]
         if len(pairs) == len(lays) * len(outs):
             parts.append(f"{epi} {','.join(x.value for x in lays)} x {','.join(x.value for x in outs)}")
         else:
@@ -115,33 +126,38 @@ def _backed_summary(row: CapabilityRow) -> str:
 
 
 def _table(caps: Capabilities) -> str:
-    head = ("A", "B", "layouts", "outputs", "K%", "kernel (B x A)", "backed by compiled kernels")
+    head = ("A", "B", "K%", "kernel (B x A)", "backed by compiled kernels")
     rows = [
-        (
-            r.a_format.value,
-            r.b_format.value,
-            ",".join(x.value for x in r.layouts),
-            ",".join(x.value for x in r.out_dtypes),
-            str(r.k_multiple),
-            r.kernel,
-            _backed_summary(r),
-        )
-        for r in caps.rows
+        (r.a_format.value, r.b_format.value, str(r.k_multiple), r.kernel, _backed_summary(r, caps)) for r in caps.rows
     ]
     widths = [max(len(x) for x in col) for col in zip(head, *rows, strict=True)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    out = [f"{caps.backend} backend, archs: {', '.join(caps.archs)}", fmt.format(*head)]
+    out = [
+        f"{caps.backend} backend, archs: {', '.join(caps.archs)}",
+        f"every row: layouts {','.join(x.value for x in caps.layouts)}; outputs "
+        f"{','.join(x.value for x in caps.out_dtypes)}",
+        fmt.format(*head),
+    ]
     out += [fmt.format(*row) for row in rows]
-    out += ["", "epilogues: " + ", ".join(caps.rows[0].epilogues) if caps.rows else ""]
+    out += ["", f"epilogues: {_epilogue_words(caps, ',')}"]
     out += [f"{topic}: {rule}" for topic, rule in caps.rules]
     return "\n".join(out)
 
 
+def _flydsl() -> GemmBackend:
+    """The FlyDSL backend, as the registry loads it from its entry point (the CLI asks it as the host does)."""
+    from .host import registry
+
+    try:
+        return registry.registry().get("flydsl")
+    except registry.BackendSelectionError as exc:
+        raise CliError(str(exc)) from None
+
+
 def cmd_capabilities(args: argparse.Namespace) -> int:
-    from .flydsl import matrix
     from .host import archs
 
-    caps = matrix.capabilities()
+    caps = _flydsl().capabilities()
     if args.arch is not None:
         try:
             archs.require(args.arch, caps.archs)
@@ -219,14 +235,14 @@ def problem_from_args(args: argparse.Namespace) -> GemmProblem:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from .flydsl import check as _check
-
     for name in ("m", "n", "k"):
         if getattr(args, name) < 0:
             raise CliError(f"--{name} must be >= 0, got {getattr(args, name)}")
     p = problem_from_args(args)
-    verdict = _check.check(p, args.executor)
-    data = {"backend": "flydsl", "executor": args.executor, "arch": args.arch, **verdict.to_dict(),
+    backend = _flydsl()
+    # A backend of its own for this question: the process-wide one keeps its executor (spec.GemmBackend).
+    verdict = backend.with_executor(args.executor).check(p)  # type: ignore[attr-defined]
+    data = {"backend": backend.name, "executor": args.executor, "arch": args.arch, **verdict.to_dict(),
             "problem": p.to_dict()}  # fmt: skip
     if verdict.ok:
         text = f"supported: {p.layout.value} m={p.m} n={p.n} k={p.k} runs on flydsl ({args.executor})"

@@ -318,19 +318,18 @@ class GemmProblem:
 
 @dataclass(frozen=True)
 class CapabilityRow:
-    """One row of a capability matrix: an operand-format pair (TE's A, TE's B) and what is allowed with it.
+    """One row of a capability matrix: an operand-format pair (TE's A, TE's B) and what is backed with it.
 
+    The layouts, output dtypes and epilogues a row may be asked for are the matrix's own
+    (:class:`Capabilities`): the same for every row. ``k_multiple``: K must be a multiple of it.
     ``kernel`` names the kernel config family that backs the row on its target arch. ``backed`` lists
     the (layout, output format, epilogue) combinations for which a compiled kernel exists and passed
     its compile, ISA and emulator checks. Executors that run compiled code accept only those; the
-    reference executor accepts everything the row allows.
+    reference executor accepts everything the matrix allows.
     """
 
     a_format: Format
     b_format: Format
-    layouts: tuple[Layout, ...]
-    out_dtypes: tuple[Format, ...]
-    epilogues: tuple[str, ...]
     k_multiple: int
     kernel: str
     backed: tuple[tuple[Layout, Format, str], ...] = ()
@@ -343,9 +342,6 @@ class CapabilityRow:
         return {
             "a_format": self.a_format.value,
             "b_format": self.b_format.value,
-            "layouts": [x.value for x in self.layouts],
-            "out_dtypes": [x.value for x in self.out_dtypes],
-            "epilogues": list(self.epilogues),
             "k_multiple": self.k_multiple,
             "kernel": self.kernel,
             "backed": [{"layout": lay.value, "out_dtype": o.value, "epilogue": e} for lay, o, e in self.backed],
@@ -355,12 +351,20 @@ class CapabilityRow:
 
 @dataclass(frozen=True)
 class Capabilities:
-    """A backend's capability matrix as data: the one source of truth for ``check`` and the docs."""
+    """A backend's capability matrix as data: the one source of truth for ``check`` and the docs.
+
+    ``layouts`` and ``out_dtypes``: what any row may be asked for. ``epilogues``: each fused epilogue
+    (:attr:`GemmProblem.epilogue`) with the layouts it is defined in. ``rules``: (topic, rule) pairs in
+    words, each the text of one rule ``check`` evaluates (or states: a topic nothing is declined for).
+    """
 
     backend: str
     archs: tuple[str, ...]
     rows: tuple[CapabilityRow, ...]
-    rules: tuple[tuple[str, str], ...] = field(default=())  # (topic, rule) pairs stated in words
+    layouts: tuple[Layout, ...] = ()
+    out_dtypes: tuple[Format, ...] = ()
+    epilogues: tuple[tuple[str, tuple[Layout, ...]], ...] = ()
+    rules: tuple[tuple[str, str], ...] = field(default=())
 
     def row(self, a: Format, b: Format) -> CapabilityRow | None:
         for r in self.rows:
@@ -368,10 +372,17 @@ class Capabilities:
                 return r
         return None
 
+    def epilogue_layouts(self, epilogue: str) -> tuple[Layout, ...]:
+        """The layouts ``epilogue`` is defined in (none for a name the matrix does not have)."""
+        return dict(self.epilogues).get(epilogue, ())
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "backend": self.backend,
             "archs": list(self.archs),
+            "layouts": [x.value for x in self.layouts],
+            "out_dtypes": [x.value for x in self.out_dtypes],
+            "epilogues": {e: [x.value for x in lays] for e, lays in self.epilogues},
             "rows": [r.to_dict() for r in self.rows],
             "rules": [{"topic": t, "rule": r} for t, r in self.rules],
         }
@@ -419,9 +430,16 @@ class SettingsError(ValueError):
 class GemmBackend(Protocol):
     """What the host needs from a backend. Plain objects satisfy it; no base class is required.
 
-    Optionally a backend has ``settings_errors(target_arch: str) -> list[str]``: what is wrong with the
-    settings it reads (its own environment variables, the target arch); the dispatcher raises
-    :class:`SettingsError` with them when it is created.
+    Two methods are optional:
+
+    - ``settings_errors() -> list[str]``: what is wrong with the settings it reads (its own environment
+      variables); the dispatcher raises :class:`SettingsError` with them when it is created.
+    - ``with_executor(name: str) -> GemmBackend``: a new backend object like this one that runs (and
+      judges) with the executor ``name``, for a backend that has several (the FlyDSL backend: compiled
+      kernels, emulator, torch reference). It raises :class:`SettingsError` for a name it does not have
+      and leaves ``self`` unchanged: ``configure(executor=...)`` and the CLI's ``check --executor`` use
+      it, so choosing an executor for one dispatcher or one question never changes the backend another
+      part of the process holds.
     """
 
     name: str

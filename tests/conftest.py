@@ -1,4 +1,5 @@
-"""Shared fixtures: a dispatcher on the FlyDSL backend's reference executor, and a native that records calls."""
+"""Shared fixtures: dispatchers on the FlyDSL backend's reference and emulator executors, and a native that
+records calls."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from te_flydsl_plugin import llvm
 from te_flydsl_plugin.host import dispatch
 
 
@@ -32,6 +34,13 @@ def reference_dispatcher() -> Iterator[dispatch.Dispatcher]:
     d = dispatch.configure(backend="flydsl", executor="reference", env={})
     yield d
     dispatch.configure(backend="default", executor=None, env={})
-    from te_flydsl_plugin.flydsl.plugin import backend
 
-    backend().select_executor("auto")
+
+@pytest.fixture
+def emulator_dispatcher() -> Iterator[dispatch.Dispatcher]:
+    """The FlyDSL backend selected, plans executed by the emulator executor (compiled gfx950 code on CPU)."""
+    if llvm.find_ld_lld() is None:
+        pytest.skip("no ld.lld >= 18: gfx950 code cannot be compiled")
+    d = dispatch.configure(backend="flydsl", executor="emulator", env={})
+    yield d
+    dispatch.configure(backend="default", executor=None, env={})

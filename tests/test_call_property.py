@@ -307,9 +307,6 @@ def executor_dispatcher(request):
     d = dispatch.configure(backend="flydsl", executor=request.param, env={})
     yield d
     dispatch.configure(backend="default", executor=None, env={})
-    from te_flydsl_plugin.flydsl.plugin import backend
-
-    backend().select_executor("auto")
 
 
 _QUIET = [HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large]

@@ -391,3 +391,43 @@ def test_compiling_for_an_arch_without_kernels_is_an_error_not_an_abort(tmp_path
     monkeypatch.setenv("TE_FLYDSL_CACHE_DIR", str(tmp_path))
     with pytest.raises(ArchError, match="gfx942 is not supported"):
         compiled.compile_config(family.BACKED[0], "gfx942")
+
+
+def test_capabilities_and_check_ask_the_backend_through_the_registry(capsys, monkeypatch):
+    """The CLI reads no matrix of its own: it asks the registry's backend, and check --executor goes through
+    with_executor, leaving the process-wide backend as it was."""
+    import dataclasses
+
+    from te_flydsl_plugin.flydsl.plugin import backend
+    from te_flydsl_plugin.host import registry
+    from te_flydsl_plugin.spec import Verdict
+
+    before = backend().requested
+    code, out, _ = run(capsys, *CHECK, "--executor", "reference", "--json")
+    assert code == 0 and json.loads(out)["supported"] is True and backend().requested == before
+    asked = []
+
+    class Fake:
+        name, version = "flydsl", "fake"
+
+        def capabilities(self):
+            return dataclasses.replace(matrix.capabilities(), archs=("gfx-fake",))
+
+        def availability(self):
+            return Verdict.yes()
+
+        def check(self, problem):
+            return Verdict.yes()
+
+        def run(self, problem, call):
+            raise AssertionError("the CLI never runs a GEMM")
+
+        def with_executor(self, name):
+            asked.append(name)
+            return self
+
+    monkeypatch.setattr(registry, "_cached", registry.Registry(backends={"flydsl": Fake()}))
+    code, out, _ = run(capsys, "capabilities", "--json")
+    assert code == 0 and json.loads(out)["archs"] == ["gfx-fake"]
+    code, out, _ = run(capsys, *CHECK, "--json")
+    assert code == 0 and json.loads(out)["supported"] is True and asked == ["flydsl"]

@@ -1,5 +1,6 @@
 """Contract tests: every problem the matrix accepts runs through plan + reference executor and matches
-an independent torch reference; every problem it rejects carries reasons and runs natively.
+an independent torch reference; every combination a row backs runs its compiled gfx950 kernel in the
+emulator executor and matches it too; every problem it rejects carries reasons and runs natively.
 
 Shapes have M != N != K, B batched where TE batches it, padded MXFP8 scales (M, N not multiples of
 128, K/32 not a multiple of 4), and every epilogue the matrix allows in each layout.
@@ -15,7 +16,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import te_flydsl_plugin as tp
-from te_flydsl_plugin.flydsl import matrix
+from te_flydsl_plugin import llvm
+from te_flydsl_plugin.flydsl import check, matrix
 from te_flydsl_plugin.spec import Format, Layout, ReasonCode
 
 from .gemm_cases import assert_close, dgelu64, gelu64, layout_operands, te_math
@@ -24,19 +26,33 @@ M, N, K = 80, 48, 96
 BATCH = (2,)  # TN/NN: B is [2, 40, K] -> D is [2, 40, N]
 
 
-def _cases():
+def _combinations():
+    """Every (row, layout, output, epilogue) of the matrix, with whether the epilogue is defined in the layout."""
     caps = matrix.capabilities()
     for row in caps.rows:
-        for layout, out, epi in itertools.product(row.layouts, row.out_dtypes, row.epilogues):
-            if layout in matrix.EPILOGUE_LAYOUTS[epi]:
-                yield pytest.param(
-                    row.a_format,
-                    row.b_format,
-                    layout,
-                    out,
-                    epi,
-                    id=f"{row.a_format.value}-{row.b_format.value}-{layout.value}-{out.value}-{epi}",
-                )
+        for layout, out, (epi, where) in itertools.product(caps.layouts, caps.out_dtypes, caps.epilogues):
+            yield row, layout, out, epi, layout in where
+
+
+def _param(row, layout, out, epi):
+    return pytest.param(
+        row.a_format,
+        row.b_format,
+        layout,
+        out,
+        epi,
+        id=f"{row.a_format.value}-{row.b_format.value}-{layout.value}-{out.value}-{epi}",
+    )
+
+
+def _cases():
+    return [_param(row, lay, out, epi) for row, lay, out, epi, defined in _combinations() if defined]
+
+
+# What a row's backed list names: one case per combination, and so about one per backed kernel config
+# (family.BACKED: an FP8 config serves three layouts, MXFP8's have one config per layout).
+BACKED = [_param(row, lay, out, epi) for row, lay, out, epi, _ in _combinations() if row.is_backed(lay, out, epi)]
+OUTSIDE_LAYOUT = [_param(row, lay, out, epi) for row, lay, out, epi, defined in _combinations() if not defined]
 
 
 def run_gemm(a_fmt, b_fmt, layout, out, epi, native, m=M, n=N, k=K, seed=0, accumulate=False, alpha=1.0):
@@ -79,11 +95,7 @@ def run_gemm(a_fmt, b_fmt, layout, out, epi, native, m=M, n=N, k=K, seed=0, accu
     return got, want, d
 
 
-@pytest.mark.parametrize(("a_fmt", "b_fmt", "layout", "out", "epi"), list(_cases()))
-def test_every_accepted_problem_matches_torch(reference_dispatcher, native, a_fmt, b_fmt, layout, out, epi):
-    got, want, _ = run_gemm(a_fmt, b_fmt, layout, out, epi, native)
-    assert not native.calls, f"fell back to native: {tp.stats()['fallbacks']}"
-    assert tp.stats()["by_backend"] == {"flydsl": 1}
+def _assert_results(got, want, out) -> None:
     assert_close(got[0], want["D"], out)
     if "gelu_input" in want:
         assert_close(got[2], want["gelu_input"], out, "gelu_input")
@@ -94,6 +106,46 @@ def test_every_accepted_problem_matches_torch(reference_dispatcher, native, a_fm
     else:
         assert got[1] is None
     assert got[3] is None
+
+
+@pytest.mark.parametrize(("a_fmt", "b_fmt", "layout", "out", "epi"), _cases())
+def test_every_accepted_problem_matches_torch(reference_dispatcher, native, a_fmt, b_fmt, layout, out, epi):
+    got, want, _ = run_gemm(a_fmt, b_fmt, layout, out, epi, native)
+    assert not native.calls, f"fell back to native: {tp.stats()['fallbacks']}"
+    assert tp.stats()["by_backend"] == {"flydsl": 1}
+    _assert_results(got, want, out)
+    # The same problem, judged for compiled code: accepted exactly where the row backs it, else KERNEL.
+    (decision,) = reference_dispatcher.cache.values()
+    compiled = check.check(decision.problem, "emulator")
+    backed = matrix.capabilities().row(a_fmt, b_fmt).is_backed(layout, out, epi)
+    assert compiled.ok is backed, compiled
+    assert backed or [r.code for r in compiled.reasons] == [ReasonCode.KERNEL], compiled
+
+
+@pytest.mark.emulator
+@pytest.mark.skipif(llvm.find_ld_lld() is None, reason="no ld.lld >= 18: gfx950 code cannot be compiled")
+@pytest.mark.parametrize(("a_fmt", "b_fmt", "layout", "out", "epi"), BACKED)
+def test_every_backed_combination_runs_in_the_emulator(emulator_dispatcher, native, a_fmt, b_fmt, layout, out, epi):
+    """The table claims nothing it cannot run: each backed combination compiles, its gfx950 code runs in the
+    emulator (hazard-checked) through the whole host path, and matches the torch reference."""
+    from te_flydsl_plugin.flydsl import launch
+
+    before = launch.launch_counts["emulator"]
+    got, want, _ = run_gemm(a_fmt, b_fmt, layout, out, epi, native)
+    assert not native.calls, f"fell back to native: {tp.stats()['fallbacks']}"
+    assert tp.stats()["by_backend"] == {"flydsl": 1}
+    assert launch.launch_counts["emulator"] > before, "the compiled kernel did not run in the emulator"
+    _assert_results(got, want, out)
+
+
+@pytest.mark.parametrize(("a_fmt", "b_fmt", "layout", "out", "epi"), OUTSIDE_LAYOUT)
+def test_every_epilogue_outside_its_layouts_is_declined_with_a_reason(
+    reference_dispatcher, native, a_fmt, b_fmt, layout, out, epi
+):
+    got, _, _ = run_gemm(a_fmt, b_fmt, layout, out, epi, native)
+    assert got[0] == "native" and len(native.calls) == 1
+    (fallback,) = tp.stats()["fallbacks"]
+    assert "EPILOGUE" in {r["code"] for r in fallback["reasons"]}, fallback
 
 
 @pytest.mark.parametrize("layout", [Layout.TN, Layout.NN, Layout.NT])

@@ -8,7 +8,6 @@ import pytest
 import torch
 
 import te_flydsl_plugin as tp
-from te_flydsl_plugin import llvm
 
 ARGS16 = (None, None, torch.float32, None, None, False, None, False, None, 0, False, False)
 
@@ -132,20 +131,6 @@ def offset_view(shape: tuple[int, ...], offset: int, dtype=torch.bfloat16) -> to
     for s in shape:
         n *= s
     return torch.randn(n + offset).to(dtype)[offset:].view(shape)
-
-
-@pytest.fixture
-def emulator_dispatcher():
-    from te_flydsl_plugin.host import dispatch
-
-    if llvm.find_ld_lld() is None:
-        pytest.skip("no ld.lld >= 18: gfx950 code cannot be compiled")
-    d = dispatch.configure(backend="flydsl", executor="emulator", env={})
-    yield d
-    dispatch.configure(backend="default", executor=None, env={})
-    from te_flydsl_plugin.flydsl.plugin import backend
-
-    backend().select_executor("auto")
 
 
 @pytest.mark.emulator

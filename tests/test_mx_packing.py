@@ -84,9 +84,6 @@ def _second_call_sees_rewrite(executor: str, layout: Layout, native) -> None:
         assert tp.stats()["by_backend"] == {"flydsl": 2}, tp.stats()
     finally:
         dispatch.configure(backend="default", env={})
-        from te_flydsl_plugin.flydsl.plugin import backend
-
-        backend().select_executor("auto")
     assert not native.calls
     want = te_math(layout, _logical(layout, fresh_vals, True), b_value)
     assert_close(second, want, Format.FP32, "second call after the weight was requantised in place")

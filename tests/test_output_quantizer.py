@@ -53,9 +53,6 @@ class TorchQuantizer:
 def _restore_dispatcher():
     yield
     dispatch.configure(backend="default", executor=None, env={})
-    from te_flydsl_plugin.flydsl.plugin import backend
-
-    backend().select_executor("auto")
 
 
 def _gemm(executor: str, *args):

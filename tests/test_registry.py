@@ -153,6 +153,17 @@ def test_settings_are_validated_when_the_dispatcher_is_created():
         assert issubclass(registry.BackendSelectionError, SettingsError)
     finally:
         dispatch.configure(backend="default", env={})
-        from te_flydsl_plugin.flydsl.plugin import backend
 
-        backend().select_executor("auto")
+
+def test_choosing_an_executor_never_changes_the_process_wide_backend():
+    """configure(executor=...) gives its dispatcher the backend's with_executor(): the registry's object stays."""
+    from te_flydsl_plugin.flydsl.plugin import backend
+
+    before = backend().requested
+    try:
+        d = dispatch.configure(backend="flydsl", executor="reference", env={})
+        assert d.backend is not backend() and d.backend.requested == "reference"
+        assert registry.registry().get("flydsl") is backend() and backend().requested == before
+        assert dispatch.configure(backend="flydsl", env={}).backend is backend()
+    finally:
+        dispatch.configure(backend="default", env={})

@@ -16,7 +16,6 @@ from ..host.views import format_of_dtype, torch_dtype_of
 from ..operands import Fp8Operand, MXFP8Operand
 from ..spec import GemmCall, GemmProblem, Layout
 from . import matrix
-from .check import QUANT_STORAGE
 from .kernels.config import KernelConfig
 from .kernels.select import select
 from .plan_types import GemmPlan, KernelOperand, Piece
@@ -48,15 +47,15 @@ def _mx(op: MXFP8Operand, rowwise: bool, rows: int, k: int, pack: Any) -> Kernel
 
 def operand(v: Any, layout: Layout, is_a: bool, rows: int, k: int, pack: Any = None) -> KernelOperand:
     """The kernel-facing form of TE's A (``is_a``: the output-column side) or B (the row side)."""
-    a_rowwise, b_rowwise = QUANT_STORAGE[layout]
+    a_rowwise, b_rowwise = matrix.READS_ROWWISE[layout]
     rowwise = a_rowwise if is_a else b_rowwise
     if isinstance(v, Fp8Operand):
         return _fp8(v, rowwise, rows, k)
     if isinstance(v, MXFP8Operand):
         return _mx(v, rowwise, rows, k, pack or _default_pack())
-    # Plain tensors: A is K-major in TN only, B in TN and NN.
-    k_major = layout is Layout.TN if is_a else layout is not Layout.NT
-    return _plain(v, k_major, rows, k)
+    # Plain tensors have only their rowwise storage: K-major exactly where the layout reads it rowwise
+    # (A in TN, B in TN and NN).
+    return _plain(v, rowwise, rows, k)
 
 
 def _default_pack() -> Any:

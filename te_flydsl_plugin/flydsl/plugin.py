@@ -28,7 +28,10 @@ def _has_module(name: str) -> bool:
 
 
 class FlydslBackend:
-    """FlyDSL GEMMs for gfx950; ``executor`` picks compiled kernels, the emulator or the torch reference."""
+    """FlyDSL GEMMs for gfx950; ``executor`` picks compiled kernels, the emulator or the torch reference.
+
+    The executor is fixed for the object's life: :meth:`with_executor` makes another object for another one.
+    """
 
     name = "flydsl"
     version = __version__
@@ -46,15 +49,13 @@ class FlydslBackend:
             return []
         return [f"NVTE_FLYDSL_EXECUTOR={self.requested!r} is not one of {', '.join(EXECUTORS)}"]
 
-    def select_executor(self, executor: str) -> None:
-        """Switch executor (tests and tools); availability is re-evaluated on next use."""
+    def with_executor(self, executor: str) -> FlydslBackend:
+        """A new backend that runs and judges with ``executor`` (spec.GemmBackend's optional method);
+        ``self``, the process-wide one included, keeps its own. SettingsError for an unknown name."""
         name = executor.strip().lower()
         if name not in EXECUTORS:
             raise SettingsError(f"executor {executor!r} is not one of {', '.join(EXECUTORS)}")
-        with self._lock:
-            self.requested = name
-            self._availability = None
-            self._resolved = ""
+        return FlydslBackend(name)
 
     @property
     def executor(self) -> str:

@@ -295,8 +295,15 @@ def validate(settings: Settings, backend: GemmBackend | None) -> Settings:
     return replace(settings, target_arch=arch)
 
 
-def _create(settings: Settings) -> Dispatcher:
+def _create(settings: Settings, executor: str | None = None) -> Dispatcher:
+    """A dispatcher for ``settings``; with ``executor``, its backend is the registry's one's
+    ``with_executor(executor)`` (a new object: the registry's backend is left as it is)."""
     backend = _registry.registry().get(settings.backend) if settings.backend else None
+    if executor is not None and backend is not None:
+        fork = getattr(backend, "with_executor", None)
+        if fork is None:
+            raise ValueError(f"backend {settings.backend!r} has no executors to select")
+        backend = fork(executor)
     return Dispatcher(validate(settings, backend), backend)
 
 
@@ -324,7 +331,9 @@ def configure(
 ) -> Dispatcher:
     """Re-read the environment (or ``env``), apply overrides, and replace the dispatcher (tests, tools).
 
-    ``executor`` is handed to a backend that has ``select_executor`` (the FlyDSL backend does).
+    ``executor``: the dispatcher gets the backend's ``with_executor(executor)`` (spec.GemmBackend's
+    optional method; the FlyDSL backend has it), so the process-wide backend object is never changed
+    and nothing needs undoing afterwards.
     """
     global _current
     s = Settings.from_env(env)
@@ -336,13 +345,8 @@ def configure(
         if v is not None:
             changes[k] = v
     s = replace(s, **changes)
-    if executor is not None and s.backend:
-        selector = getattr(_registry.registry().get(s.backend), "select_executor", None)
-        if selector is None:
-            raise ValueError(f"backend {s.backend!r} has no executors to select")
-        selector(executor)
     with _current_lock:
-        _current = _create(s)
+        _current = _create(s, executor)
         _maybe_register_report(_current)
     return _current
 

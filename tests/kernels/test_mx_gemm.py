@@ -222,9 +222,6 @@ def test_mx_end_to_end_through_the_emulator_executor(native, layout: Layout) -> 
         stats = tp.stats()
     finally:
         dispatch.configure(backend="default", env={})
-        from te_flydsl_plugin.flydsl.plugin import backend
-
-        backend().select_executor("auto")
     assert stats["by_backend"] == {"flydsl": 1}, stats
     assert launch.launch_counts["emulator"] == runs + 1, "the compiled MX GEMM did not run in the emulator"
     assert scale_pack.launch_counts["emulator"] == packs + 2, "expected one scale-pack launch per operand"
