@@ -19,9 +19,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..plan_types import GemmPlan
+if TYPE_CHECKING:  # the table is read when the plugin loads: torch is imported with the first plan
+    from ..plan_types import GemmPlan
 
 
 def _gpu() -> ModuleType:

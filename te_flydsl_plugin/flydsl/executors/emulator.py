@@ -46,7 +46,7 @@ def pack_scales(
         return out
     if scales.is_cuda or out.is_cuda:
         raise ValueError("mode 'emulator' runs on CPU tensors")
-    blob = scale_pack_code_object(blocks_along_dim, ARCH)
+    blob = scale_pack_code_object(ln.blocks_along_dim, ARCH)
     kernarg = emulator.pack_flydsl_kernarg(blob, scale_pack.KERNEL_NAME, [ln.scales, ln.words, ln.rows, ln.kb, ln.n_t])
     grid = scale_pack.grid(ln.n_t, ln.n_tiles)
     report = emulator.launch(blob, scale_pack.KERNEL_NAME, kernarg, grid, (scale_pack.THREADS, 1, 1))

@@ -21,11 +21,10 @@ NAME = "flydsl"
 
 def run(plan: GemmPlan) -> None:
     """Launch one kernel per piece of ``plan`` on the current stream (``launch.execute``)."""
-    stream = torch.cuda.current_stream()
 
     def on_stream(ln: launch.Launch) -> None:
         args = ln.jit_args()
-        launcher(ln.config, args)(*args, stream)
+        launcher(ln.config, args)(*args, torch.cuda.current_stream())
         launch_log.record("gemm", NAME)
 
     launch.execute(plan, on_stream)
@@ -42,7 +41,7 @@ def pack_scales(
     if not scales.is_cuda:
         raise ValueError("mode 'flydsl' needs scales on the gfx950 device; use mode 'emulator' on CPU")
     s, p = scale_pack.jit_args(ln.scales, ln.words)
-    fn = scale_pack_launcher(blocks_along_dim)
-    fn(s, p, ln.rows, ln.kb, ln.n_t, ln.n_tiles, blocks_along_dim, torch.cuda.current_stream())
+    fn = scale_pack_launcher(ln.blocks_along_dim)
+    fn(s, p, ln.rows, ln.kb, ln.n_t, ln.n_tiles, ln.blocks_along_dim, torch.cuda.current_stream())
     launch_log.record("scale_pack", NAME)
     return out
