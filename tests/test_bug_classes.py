@@ -11,7 +11,7 @@ import torch
 
 import te_flydsl_plugin as tp
 from te_flydsl_plugin.flydsl import plan as _plan
-from te_flydsl_plugin.flydsl.executors import run_reference
+from te_flydsl_plugin.flydsl.executors.reference import run as run_reference
 from te_flydsl_plugin.host import problem, views
 from te_flydsl_plugin.spec import Format, GemmCall, Layout
 

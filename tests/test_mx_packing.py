@@ -18,7 +18,7 @@ import torch
 import te_flydsl_plugin as tp
 from te_flydsl_plugin import llvm
 from te_flydsl_plugin.flydsl import plan as _plan
-from te_flydsl_plugin.flydsl.kernels import scale_pack
+from te_flydsl_plugin.flydsl.launch_log import LaunchLog
 from te_flydsl_plugin.flydsl.plugin import FlydslBackend
 from te_flydsl_plugin.host import dispatch, problem, views
 from te_flydsl_plugin.spec import Format, GemmCall, Layout
@@ -110,10 +110,10 @@ def test_one_pack_launch_per_operand_on_every_call(layout: Layout) -> None:
                  None, False, None, 0, False, False)  # fmt: skip
     p = problem.build(c, views.spec_of(a), views.spec_of(b), "cpu", "cpu")
     for call in ("first", "second"):
-        before = scale_pack.launch_counts["emulator"]
-        plan = _plan.build(p, c, pack=backend._packer("emulator"))
-        assert scale_pack.launch_counts["emulator"] - before == 2, f"{call} call: one pack launch per operand"
-        from te_flydsl_plugin.flydsl.executors import run_reference
+        with LaunchLog() as log:
+            plan = _plan.build(p, c, pack=backend._packer("emulator"))
+        assert log.count("scale_pack", "emulator") == 2, f"{call} call: one pack launch per operand"
+        from te_flydsl_plugin.flydsl.executors.reference import run as run_reference
 
         run_reference(plan)
         want = te_math(layout, _logical(layout, a_vals, True), _logical(layout, b_vals, False))

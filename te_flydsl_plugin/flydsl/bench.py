@@ -6,9 +6,9 @@ On one, this measures what the choice should rest on. For every shape of a suite
 dgrad and wgrad GEMMs of LLM linear layers) it times every backed config of the problem's kind, the
 one ``select`` picks marked, and, for 16-bit problems, torch.matmul (hipBLASLt) on the same
 operands. Operands are built once per shape and go through the plugin's own plan (storage choice,
-MXFP8 scale packing, pieces); only ``launch.execute`` is timed (the kernel launches, and for a fused
-epilogue its bias widening or bias-gradient reduction on the same stream). Every timing checks that the
-compiled kernel ran (``launch.launch_counts``), never a fallback. It refuses to run anywhere but
+MXFP8 scale packing, pieces); only the ``flydsl`` executor's run is timed (the kernel launches, and for a
+fused epilogue its bias widening or bias-gradient reduction on the same stream). Every timing checks that
+the compiled kernel ran (a ``launch_log.LaunchLog`` around it), never a fallback. It refuses to run anywhere but
 gfx950: there is nothing to time elsewhere.
 """
 
@@ -213,7 +213,8 @@ def run(
     """One row per (shape, kind, config), plus torch.matmul's for 16-bit kinds; see the module docstring."""
     require_gfx950()
     from ..host.device import current_arch
-    from . import launch
+    from .executors import gpu
+    from .launch_log import LaunchLog
 
     device = torch.device("cuda")
     rows: list[dict[str, Any]] = []
@@ -229,9 +230,9 @@ def run(
                 continue
             for i, cfg in enumerate(candidates(p.config, shape.m, shape.n, shape.k)):
                 q = dataclasses.replace(p, config=cfg)
-                ran = launch.launch_counts["flydsl"]
-                ms = _time_ms(lambda q=q: launch.execute(q, "flydsl"), iters)
-                if launch.launch_counts["flydsl"] - ran != (iters + 3) * len(q.pieces):
+                with LaunchLog() as log:
+                    ms = _time_ms(lambda q=q: gpu.run(q), iters)
+                if log.count("gemm", "flydsl") != (iters + 3) * len(q.pieces):
                     raise RuntimeError(f"{cfg.name}: the compiled kernel did not run every time")
                 row = {**base, "config": cfg.name, "selected": i == 0, "ms": ms, "tflops": shape.flops / ms / 1e9}
                 rows.append(row)

@@ -1,13 +1,18 @@
-"""Compile cache of the GEMM family: keyed by KernelConfig + arch, never by M/N/K.
+"""The compile caches of the plugin's kernels, and their launchers: never keyed by M/N/K.
 
-Two levels: an in-process dict (one compile per key even when threads race: a per-key lock), and a
+The GEMM family's code objects (:func:`compile_config`) are keyed by KernelConfig + arch, in two
+levels: an in-process dict (one compile per key even when threads race: a per-key lock), and a
 directory on disk (``$TE_FLYDSL_CACHE_DIR``, else ``~/.cache/te-flydsl-plugin/kernels``) that several
 processes may share: each entry is written to a private temporary name and published with an atomic
 ``os.replace``, the metadata file last, so a reader sees a whole entry or none. The key also hashes
 the kernel sources and the FlyDSL version, so an edited kernel never meets a stale code object.
 
-``BACKED`` lists the configs that compile for gfx950, pass :func:`isa_report` and matched a torch
-reference in the gfx950 emulator; only they may back a capability-matrix row.
+The in-process launchers (FlyDSL ``CompiledFunction``s, :func:`launcher`) are keyed by (name, arch):
+a GEMM config's name, or a scale-pack variant's (:func:`scale_pack_launcher`, whose code object the
+emulator runs as well).
+
+``family.BACKED`` lists the configs that compile for gfx950, pass ``isa.isa_report`` and matched a
+torch reference in the gfx950 emulator; only they may back a capability-matrix row.
 """
 
 from __future__ import annotations
@@ -172,3 +177,30 @@ def launcher(cfg: KernelConfig, args: tuple, arch: str = "gfx950") -> Any:
                 fn = flyc.compile(gemm.gemm_launch, *args)
             _launchers[cfg.name, arch] = fn
         return fn
+
+
+def scale_pack_launcher(blocks_along_dim: int, arch: str = "gfx950") -> Any:
+    """The compiled MXFP8 scale-pack kernel of one variant (``kernels/scale_pack.py``), keyed never by shape.
+
+    Compiled once per process from CPU placeholders (extents and strides are dynamic, so it serves
+    every shape and view; no GPU is touched, so it compiles on any machine with ld.lld and raises
+    ToolchainError without one). Calling it launches on the stream passed as its last argument.
+    """
+    from .kernels import scale_pack
+
+    name = scale_pack.variant_name(blocks_along_dim)
+    with _launchers_lock:
+        fn = _launchers.get((name, arch))
+        if fn is None:
+            import flydsl.compiler as flyc
+
+            with toolchain.compile_for(arch):
+                fn = flyc.compile(scale_pack.scale_pack, *scale_pack.placeholder_args(blocks_along_dim))
+            _launchers[name, arch] = fn
+        return fn
+
+
+def scale_pack_code_object(blocks_along_dim: int, arch: str = "gfx950") -> bytes:
+    """The code object (ELF) of one scale-pack variant: what the ISA checks and the emulator read."""
+    (blob,) = toolchain.code_objects(scale_pack_launcher(blocks_along_dim, arch)).values()
+    return blob

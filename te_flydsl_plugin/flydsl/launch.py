@@ -1,35 +1,26 @@
-"""Run a plan on the compiled GEMM family: on the GPU (``flydsl``) or in the gfx950 emulator.
+"""What the two compiled executors launch: a plan's GEMM launches and the scale-pack launch of one
+operand, independent of where they run (``executors/gpu.py`` on gfx950, ``executors/emulator.py``).
 
-Both modes walk ``plan.pieces`` and pass one piece's views to the kernel: each view's data pointer
-(storage offset included) is the 64-bit base of that launch, and the plan sized the pieces so no
-buffer a launch addresses spans more than 2**31 - 1 bytes (the kernel's buffer offsets are 32-bit).
-A piece with ``k0 > 0`` accumulates onto what the earlier K pieces wrote (beta 1).
-
-``flydsl`` enqueues every launch on the current torch stream and does nothing else: no host sync,
-and for a plain epilogue no allocation (views and argument wrappers only), so it can be captured in a
-CUDA/HIP graph. A fused epilogue adds small tensors from torch's caching allocator (the fp32 bias, the
-bias-gradient partials) and torch ops on the same stream, which graph capture records as well.
-``emulator`` packs the same arguments and runs the same code object on CPU tensors.
+:func:`execute` walks ``plan.pieces`` and passes one piece's views to the kernel: each view's data
+pointer (storage offset included) is the 64-bit base of that launch, and the plan sized the pieces so
+no buffer a launch addresses spans more than 2**31 - 1 bytes (the kernel's buffer offsets are
+32-bit). A piece with ``k0 > 0`` accumulates onto what the earlier K pieces wrote (beta 1). Both
+executors run the same :class:`Launch` objects, so they run the same thing.
 """
 
 from __future__ import annotations
 
-import collections
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from .compiled import compile_config, launcher
+from . import mx_layout
 from .kernels import epilogue, gemm, mx
 from .kernels.config import KernelConfig
 from .plan_types import GemmPlan, KernelOperand, Piece
-
-MODES = ("flydsl", "emulator")
-
-# Launches per mode: the hardware tests assert the compiled kernel (not a fallback) ran.
-launch_counts: collections.Counter[str] = collections.Counter()
 
 
 def _window(op: KernelOperand, r0: int, r1: int, k0: int, k1: int) -> torch.Tensor:
@@ -101,9 +92,8 @@ def piece_launch(plan: GemmPlan, pc: Piece, bias: torch.Tensor | None = None) ->
     )
 
 
-def _check(plan: GemmPlan, mode: str) -> None:
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+def _check(plan: GemmPlan) -> None:
+    """Raise ValueError unless the plan's config can run it (epilogue buffers, output, operands)."""
     cfg = plan.config
     if cfg.epilogue not in epilogue.FLAGS:
         raise ValueError(f"{cfg.name}: compiled kernels implement the epilogues {sorted(epilogue.FLAGS)}")
@@ -126,27 +116,21 @@ def _check(plan: GemmPlan, mode: str) -> None:
         raise ValueError(f"{cfg.name}: config does not match the plan's operands")
 
 
-def execute(plan: GemmPlan, mode: str = "flydsl") -> None:
-    """Launch one kernel per piece of ``plan``, writing into ``plan.out`` (its leading stride honoured).
+def execute(plan: GemmPlan, run: Callable[[Launch], None]) -> None:
+    """Run one kernel launch per piece of ``plan`` with ``run`` (an executor's), writing into
+    ``plan.out`` (its leading stride honoured).
 
-    Besides the GEMM launches, on the same stream: a fused bias is widened to fp32 first (exact; one
-    N-element op, none when it is fp32 already), and ``dgelu_bgrad``'s per-tile column-sum partials
-    and ``bgrad``'s per-thread row-sum partials are summed afterwards, in a fixed order (``torch.sum``
-    over the workspaces' rows: no atomics, the same bits every run), into ``plan.bias_grad``.
+    Besides the GEMM launches: a fused bias is widened to fp32 first (exact; one N-element op, none
+    when it is fp32 already), and ``dgelu_bgrad``'s per-tile column-sum partials and ``bgrad``'s
+    per-thread row-sum partials are summed afterwards, in a fixed order (``torch.sum`` over the
+    workspaces' rows: no atomics, the same bits every run), into ``plan.bias_grad``. On the GPU all
+    of it is enqueued on the current stream.
     """
-    _check(plan, mode)
+    _check(plan)
     bias = None if plan.bias is None else plan.bias.to(torch.float32).contiguous()
     launches = [piece_launch(plan, pc, bias) for pc in plan.pieces if pc.m1 > pc.m0 and pc.n1 > pc.n0]
-    if mode == "flydsl":
-        stream = torch.cuda.current_stream()
-        for ln in launches:
-            args = ln.jit_args()
-            launcher(ln.config, args)(*args, stream)
-            launch_counts[mode] += 1
-    else:
-        for ln in launches:
-            emulate(ln)
-            launch_counts[mode] += 1
+    for ln in launches:
+        run(ln)
     if plan.bias_grad is not None:
         _reduce_partials(plan, launches)
 
@@ -166,17 +150,6 @@ def _reduce_partials(plan: GemmPlan, launches: list[Launch]) -> None:
         plan.bias_grad[r0:r1].copy_(torch.cat(parts).sum(dim=0))
 
 
-def emulate(ln: Launch) -> Any:
-    """Run one launch's gfx950 code object in the emulator on CPU tensors; returns its report."""
-    from .. import emulator
-
-    cfg = ln.config
-    ck = compile_config(cfg, "gfx950")
-    kernarg = emulator.pack_flydsl_kernarg(ck.code_object, ck.kernel, kernarg_values(ln))
-    grid = (gemm.grid_size(cfg, ln.out.shape[0], ln.out.shape[1]), 1, 1)
-    return emulator.launch(ck.code_object, ck.kernel, kernarg, grid, (gemm.block_size(cfg), 1, 1))
-
-
 def kernarg_values(ln: Launch) -> list[Any]:
     """The kernel's launch values in signature order: the tensors (views), then the runtime scalars."""
     cfg = ln.config
@@ -191,3 +164,38 @@ def kernarg_values(ln: Launch) -> list[Any]:
         sa = sb = lhs
     extras = gemm.epilogue_views(cfg, ln.out, *ln.extras)
     return [ln.out, lhs, rhs, sa, sb, *extras, *geom, float(ln.alpha), float(ln.beta)]
+
+
+@dataclass(frozen=True)
+class ScalePackLaunch:
+    """One scale-pack launch: TE's E8M0 scales (any view), the packed output's int32 words, and the
+    kernel's runtime values (``kernels/scale_pack.py``)."""
+
+    scales: torch.Tensor
+    words: torch.Tensor
+    rows: int
+    kb: int  # K blocks of 32
+    n_t: int  # word groups (512 K each)
+    n_tiles: int  # 16-row tiles
+    blocks_along_dim: int
+
+
+def scale_pack_launch(
+    scales: torch.Tensor, rows: int, k: int, blocks_along_dim: int, out: torch.Tensor | None
+) -> tuple[torch.Tensor, ScalePackLaunch | None]:
+    """The packed output (``out``, or allocated on the scales' device) and the launch that fills it;
+    None when there is nothing to pack. Raises ValueError for what ``mx_layout`` declines.
+
+    ``out`` (contiguous uint8 of ``mx_layout.packed_shape(rows, k)``) is written in place by the
+    launch; no torch op touches the data.
+    """
+    mx_layout.logical_view(scales, rows, k, blocks_along_dim)  # validates, raises ValueError
+    shape = mx_layout.packed_shape(rows, k)
+    if out is None:
+        out = torch.empty(shape, dtype=torch.uint8, device=scales.device)
+    else:
+        mx_layout.check_out(out, rows, k, scales.device)
+    if out.numel() == 0:
+        return out, None
+    words = out.view(-1).view(torch.int32)
+    return out, ScalePackLaunch(scales, words, rows, k // mx_layout.BLOCK, shape[1], shape[0], blocks_along_dim)

@@ -15,7 +15,7 @@ from typing import Any
 from ..spec import Capabilities, GemmCall, GemmProblem, Reason, ReasonCode, SettingsError, Verdict, hookimpl
 from . import check as _check
 from . import matrix
-from .executors import EXECUTORS
+from .executors import SETTINGS as EXECUTORS
 
 __version__ = "0.1.0"
 
@@ -141,7 +141,7 @@ class FlydslBackend:
             from .mx_layout import pack_scales
 
             return pack_scales
-        from .kernels.scale_pack import pack_scales_kernel
+        from .executors import pack_scales_kernel
 
         def pack(scales: Any, rows: int, k: int, dim: int) -> Any:
             return pack_scales_kernel(scales, rows, k, dim, mode=executor)

@@ -24,9 +24,10 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from types import ModuleType
+from types import FunctionType, ModuleType
 from typing import Any
 
+from .names import BACKEND_ENV
 from .te_types import register_te_types
 
 TEX_MODULE = "transformer_engine_torch"
@@ -34,6 +35,8 @@ GEMM_MODULE = "transformer_engine.pytorch.cpp_extensions.gemm"
 IN_TREE_FLYDSL_MODULE = "transformer_engine.pytorch.flydsl_kernels"
 IN_TREE_GETTER = "get_gemm_backend"
 NATIVE_ATTR = "__te_flydsl_native__"  # set by wrap_generic_gemm on its wrapper: the wrapped callable
+# ROCm TE's getter answers triton | flydsl | default (docs/te-seam.md); "default" is its own GEMM path.
+_TE_DEFAULT = "default"
 
 
 @dataclass
@@ -187,17 +190,49 @@ def _neutralise_in_tree_getter() -> list[tuple[dict[str, Any], Any]]:
 
 
 def _default_answer(getter: Callable[..., Any]) -> Any:
-    """What ``getter`` returns with ``NVTE_GEMM_BACKEND=default`` (bypassing an lru_cache)."""
+    """What ``getter`` returns with ``NVTE_GEMM_BACKEND=default``, without touching the process environment.
+
+    TE's getter takes no argument: it reads the variable from ``os.environ`` (behind an lru_cache,
+    bypassed through ``__wrapped__``). Setting the variable around a call would be seen, for that
+    moment, by every other thread of the process (and ``putenv`` racing a C ``getenv`` is undefined
+    behaviour), so the unwrapped getter runs instead against a private copy of the environment: the
+    same code with ``os`` / ``os.environ`` / ``os.getenv`` in its globals replaced. The answer's type
+    (string or enum) is TE's own. A getter that reads the variable some other way (the copy never
+    sees the lookup) gets TE's documented default value, ``"default"``.
+    """
     raw = getattr(getter, "__wrapped__", getter)
-    saved = os.environ.get("NVTE_GEMM_BACKEND")
-    os.environ["NVTE_GEMM_BACKEND"] = "default"
-    try:
-        return raw()
-    finally:
-        if saved is None:
-            del os.environ["NVTE_GEMM_BACKEND"]
-        else:
-            os.environ["NVTE_GEMM_BACKEND"] = saved
+    code = getattr(raw, "__code__", None)
+    if code is None:
+        return _TE_DEFAULT
+    env = _PrivateEnviron({**os.environ, BACKEND_ENV: _TE_DEFAULT})
+    private_os = ModuleType("os")
+    private_os.__dict__.update(os.__dict__)
+    private_os.environ = env  # type: ignore[attr-defined]
+    private_os.getenv = env.get  # type: ignore[attr-defined]
+    swap = {id(os): private_os, id(os.environ): env, id(os.getenv): env.get}
+    namespace = {name: swap.get(id(value), value) for name, value in raw.__globals__.items()}
+    private = FunctionType(code, namespace, raw.__name__, raw.__defaults__, raw.__closure__)
+    private.__kwdefaults__ = raw.__kwdefaults__
+    answer = private()
+    return answer if env.read else _TE_DEFAULT
+
+
+class _PrivateEnviron(dict):
+    """A copy of the environment for one getter call; notes whether the backend variable was read."""
+
+    read = False
+
+    def __getitem__(self, key: str) -> str:
+        self.read = self.read or key == BACKEND_ENV
+        return super().__getitem__(key)
+
+    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+        self.read = self.read or key == BACKEND_ENV
+        return super().get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        self.read = self.read or key == BACKEND_ENV
+        return super().__contains__(key)
 
 
 def active_path() -> dict[str, Any]:

@@ -302,3 +302,20 @@ def test_mfma_without_timing_is_a_clear_error() -> None:
     prog = Program("v_mfma_f32_16x16x8_bf16 a[0:3], v[0:1], v[2:3], a[0:3]")
     with pytest.raises(EmulatorError, match=r"no gfx950 wait-state timing .* v_mfma_f32_16x16x8_bf16 at 0x1000"):
         prog.run()
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_a_failed_launch_leaves_the_garbage_collector_as_it_found_it(enabled: bool) -> None:
+    """launch() pauses the cyclic GC for speed; an error inside the launch must not leave it off (or on)."""
+    import gc
+
+    from te_flydsl_plugin import emulator
+
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        with pytest.raises(EmulatorError, match="ELF"):
+            emulator.launch(b"not an elf", None, b"", (1, 1, 1), (64, 1, 1))
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()

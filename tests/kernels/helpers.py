@@ -9,10 +9,11 @@ import pytest
 import torch
 
 from te_flydsl_plugin import llvm
-from te_flydsl_plugin.flydsl import launch
-from te_flydsl_plugin.flydsl.executors import run_reference
+from te_flydsl_plugin.flydsl import executors
+from te_flydsl_plugin.flydsl.executors.reference import run as run_reference
 from te_flydsl_plugin.flydsl.kernels import epilogue
 from te_flydsl_plugin.flydsl.kernels.config import KernelConfig
+from te_flydsl_plugin.flydsl.launch_log import LaunchLog
 from te_flydsl_plugin.flydsl.plan_types import GemmPlan, KernelOperand, Piece
 from te_flydsl_plugin.spec import Format
 
@@ -151,11 +152,11 @@ def run_and_compare(plan: GemmPlan, mode: str = "emulator") -> GemmPlan:
     cfg = plan.config
     want, got = outputs(plan), outputs(plan)
     run_reference(want)
-    n_before = launch.launch_counts[mode]
-    launch.execute(got, mode)
+    with LaunchLog() as log:
+        executors.run(got, mode)
     if mode == "flydsl":
         torch.cuda.synchronize()
-    assert launch.launch_counts[mode] == n_before + len(plan.pieces), "the compiled kernel did not run"
+    assert log.count("gemm", mode) == len(plan.pieces), "the compiled kernel did not run"
     k = plan.lhs.k
     atol, rtol = tolerance(cfg, k)
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from te_flydsl_plugin.flydsl import family, launch
+from te_flydsl_plugin.flydsl import executors, family
 from te_flydsl_plugin.flydsl.kernels.config import KernelConfig
+from te_flydsl_plugin.flydsl.launch_log import LaunchLog
 from te_flydsl_plugin.flydsl.plan_types import Piece
 from te_flydsl_plugin.spec import Format
 
@@ -37,9 +38,9 @@ def _fit(x: int, cfg: KernelConfig, k_major: bool) -> int:
 def _run_and_check(cfg: KernelConfig, m: int, n: int, k: int, alpha: float, beta: float, **kw) -> None:
     plan = plan_for(cfg, m, n, k, alpha=alpha, beta=beta, seed=m * 7 + n, **kw)
     before = plan.out.clone()
-    n_before = launch.launch_counts["emulator"]
-    launch.execute(plan, "emulator")
-    assert launch.launch_counts["emulator"] == n_before + len(plan.pieces)
+    with LaunchLog() as log:
+        executors.run(plan, "emulator")
+    assert log.count("gemm", "emulator") == len(plan.pieces)
     want = reference(plan, before)
     atol, rtol = tolerance(cfg, k)
     torch.testing.assert_close(plan.out.double(), want, atol=atol, rtol=rtol)
@@ -78,7 +79,7 @@ def test_misaligned_piece_is_a_clear_error() -> None:
     cfg = KernelConfig(Format.BF16, Format.BF16, False, False, Format.FP32, waves=4)
     plan = plan_for(cfg, 64, 64, 64, pieces=(Piece(0, 37, 0, 64, 0, 64), Piece(37, 64, 0, 64, 0, 64)))
     with pytest.raises(ValueError, match="multiples of 8 elements"):
-        launch.execute(plan, "emulator")
+        executors.run(plan, "emulator")
 
 
 def test_tile_order_covers_every_tile_once() -> None:
@@ -104,10 +105,10 @@ def test_strided_output_view() -> None:
 
     plan = dataclasses.replace(plan, out=window)
     before = window.clone()
-    launch.execute(plan, "emulator")
+    executors.run(plan, "emulator")
     want = reference(plan, before)
     torch.testing.assert_close(window.double(), want, atol=1e-3, rtol=1e-5)
     assert torch.all(wide[:, :28] == 7.0) and torch.all(wide[:, 68:] == 7.0)
     # A window one element off the 4-column grid would make every vector store misaligned: refused.
     with pytest.raises(ValueError, match="multiples of 4 elements"):
-        launch.execute(dataclasses.replace(plan, out=wide[:, 29:69]), "emulator")
+        executors.run(dataclasses.replace(plan, out=wide[:, 29:69]), "emulator")

@@ -2,7 +2,7 @@
 
 Each epilogue config (``family.EPILOGUE_FAMILY``) must compile within the ISA budgets (``test_compile.py``
 covers that for the whole family) with a K loop identical to its plain config's, and match the
-reference executor (``executors.run_reference``, the semantics TE's epilogues define) on shapes with
+reference executor (``executors/reference.py``, the semantics TE's epilogues define) on shapes with
 M != N != K, edge tiles in M and N, a K tail, a given D (beta), host-split pieces (the epilogue runs
 in the last K piece only; bgrad in every K piece of the first column range) and K = 0. The bias
 gradients must be the same bits on every run (the partials are reduced in a fixed order, no atomics).
@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from te_flydsl_plugin import llvm
-from te_flydsl_plugin.flydsl import compiled, family, isa, launch
+from te_flydsl_plugin.flydsl import compiled, executors, family, isa
 from te_flydsl_plugin.flydsl.kernels import epilogue
 from te_flydsl_plugin.flydsl.kernels.config import KernelConfig
 from te_flydsl_plugin.flydsl.plan_types import GemmPlan
@@ -101,7 +101,7 @@ def test_bias_grad_is_deterministic(epi: str, out: Format) -> None:
     plan = _plan(cfg, 520, 264, 5 * _k_unit(cfg) * 8, 1.0, 0.0)
     first = run_and_compare(plan).bias_grad
     again = outputs(plan)
-    launch.execute(again, "emulator")
+    executors.run(again, "emulator")
     assert torch.equal(first, again.bias_grad)
 
 

@@ -12,9 +12,10 @@ import types
 import pytest
 import torch
 
-from te_flydsl_plugin.flydsl import family, launch
-from te_flydsl_plugin.flydsl.executors import run_reference
+from te_flydsl_plugin.flydsl import executors, family
+from te_flydsl_plugin.flydsl.executors.reference import run as run_reference
 from te_flydsl_plugin.flydsl.kernels.config import KernelConfig
+from te_flydsl_plugin.flydsl.launch_log import LaunchLog
 from te_flydsl_plugin.flydsl.plan import split
 from te_flydsl_plugin.flydsl.plan_types import GemmPlan
 from te_flydsl_plugin.spec import Format
@@ -45,10 +46,10 @@ def _reference_out(plan: GemmPlan, out_before: torch.Tensor) -> torch.Tensor:
 def _run(plan: GemmPlan) -> None:
     cfg = plan.config
     before = plan.out.clone()
-    ran = launch.launch_counts["flydsl"]
-    launch.execute(plan, "flydsl")
+    with LaunchLog() as log:
+        executors.run(plan, "flydsl")
     torch.cuda.synchronize()
-    assert launch.launch_counts["flydsl"] == ran + len(plan.pieces), "the compiled kernel did not run"
+    assert log.count("gemm", "flydsl") == len(plan.pieces), "the compiled kernel did not run"
     want = _reference_out(plan, before)
     atol, rtol = tolerance(cfg, plan.lhs.k)
     torch.testing.assert_close(plan.out.float(), want.float(), atol=atol, rtol=rtol)
@@ -83,7 +84,7 @@ def test_fused_epilogue_matches_reference(cfg: KernelConfig, shape: tuple[int, i
     got = run_and_compare(with_epilogue(plan, m + n), "flydsl")
     if got.bias_grad is not None:
         again = outputs(with_epilogue(plan, m + n))
-        launch.execute(again, "flydsl")
+        executors.run(again, "flydsl")
         torch.cuda.synchronize()
         assert torch.equal(got.bias_grad, again.bias_grad)
 
@@ -102,10 +103,10 @@ def test_launch_is_graph_capturable() -> None:
     """No host sync and no allocation outside torch's caching allocator: a CUDA/HIP graph replays it."""
     cfg = KernelConfig(Format.BF16, Format.BF16, True, True, Format.FP32, waves=4)
     plan = plan_for(cfg, 512, 512, 512, device="cuda")
-    launch.execute(plan, "flydsl")  # compile outside the capture
+    executors.run(plan, "flydsl")  # compile outside the capture
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        launch.execute(plan, "flydsl")
+        executors.run(plan, "flydsl")
     plan.out.zero_()
     graph.replay()
     torch.cuda.synchronize()
@@ -118,11 +119,11 @@ def test_fused_epilogue_is_graph_capturable(epi: str) -> None:
     """The epilogue's extra work (fp32 bias, partial workspaces and their reduction) replays in a graph."""
     cfg = next(c for c in family.BACKED if c.epilogue == epi and c.lhs_format is Format.BF16)
     plan = with_epilogue(plan_for(cfg, 512, 512, 512, device="cuda"), 7)
-    launch.execute(outputs(plan), "flydsl")  # compile outside the capture
+    executors.run(outputs(plan), "flydsl")  # compile outside the capture
     got = outputs(plan)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        launch.execute(got, "flydsl")
+        executors.run(got, "flydsl")
     graph.replay()
     torch.cuda.synchronize()
     want = outputs(plan)

@@ -9,7 +9,7 @@ import struct
 import pytest
 import torch
 
-from te_flydsl_plugin.flydsl import family, launch
+from te_flydsl_plugin.flydsl import executors, family, launch
 from te_flydsl_plugin.flydsl.kernels import gemm, select
 from te_flydsl_plugin.flydsl.kernels.config import KernelConfig
 from te_flydsl_plugin.flydsl.plan import split
@@ -83,7 +83,7 @@ def test_output_needs_unit_column_stride() -> None:
         None, cfg, *(KernelOperand(lhs, Format.BF16, True, "tensor"),) * 2, out, 1.0, 0.0, (Piece(0, 64, 0, 64, 0, 64),)
     )  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="unit column stride"):
-        launch.execute(plan, "emulator")
+        executors.run(plan, "emulator")
 
 
 def test_unknown_mode_and_epilogue_are_refused() -> None:
@@ -91,10 +91,10 @@ def test_unknown_mode_and_epilogue_are_refused() -> None:
     t = torch.empty(64, 64, dtype=torch.bfloat16)
     op = KernelOperand(t, Format.BF16, True, "tensor")
     plan = GemmPlan(None, cfg, op, op, torch.empty(64, 64), 1.0, 0.0, (Piece(0, 64, 0, 64, 0, 64),))  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="mode"):
-        launch.execute(plan, "cuda")
+    with pytest.raises(ValueError, match="executor"):
+        executors.run(plan, "cuda")
     with pytest.raises(ValueError, match="plain epilogue"):
-        launch.execute(dataclasses.replace(plan, bias=torch.empty(64)), "emulator")
+        executors.run(dataclasses.replace(plan, bias=torch.empty(64)), "emulator")
 
 
 @pytest.mark.parametrize(

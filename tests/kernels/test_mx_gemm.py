@@ -19,10 +19,11 @@ import torch
 
 import te_flydsl_plugin as tp
 from te_flydsl_plugin import llvm
-from te_flydsl_plugin.flydsl import compiled, family, isa, launch
-from te_flydsl_plugin.flydsl.executors import run_reference
+from te_flydsl_plugin.flydsl import compiled, executors, family, isa
+from te_flydsl_plugin.flydsl.executors.reference import run as run_reference
 from te_flydsl_plugin.flydsl.kernels import mx
 from te_flydsl_plugin.flydsl.kernels.config import KernelConfig
+from te_flydsl_plugin.flydsl.launch_log import LaunchLog
 from te_flydsl_plugin.flydsl.mx_layout import pack_scales, packed_shape
 from te_flydsl_plugin.flydsl.plan_types import GemmPlan, KernelOperand, Piece
 from te_flydsl_plugin.spec import Format, Layout
@@ -66,9 +67,9 @@ def _plan(cfg: KernelConfig, m: int, n: int, k: int, alpha: float, beta: float, 
 def _run_and_compare(plan: GemmPlan) -> None:
     want = dataclasses.replace(plan, out=plan.out.clone())
     run_reference(want)
-    ran = launch.launch_counts["emulator"]
-    launch.execute(plan, "emulator")
-    assert launch.launch_counts["emulator"] == ran + len(plan.pieces)
+    with LaunchLog() as log:
+        executors.run(plan, "emulator")
+    assert log.count("gemm", "emulator") == len(plan.pieces)
     atol, rtol = tolerance(plan.config, plan.lhs.k)
     scale = float(want.out.abs().max())  # operands span 2^-6 .. 2^6: compare relative to the output
     torch.testing.assert_close(plan.out.double() / scale, want.out.double() / scale, atol=atol, rtol=rtol)
@@ -179,7 +180,7 @@ def test_mx_empty_k_gives_beta_times_out() -> None:
         beta=0.5,
         pieces=(Piece(0, m, 0, n, 0, 0),),
     )
-    launch.execute(plan, "emulator")
+    executors.run(plan, "emulator")
     torch.testing.assert_close(out, 0.5 * before)
 
 
@@ -207,24 +208,23 @@ def test_piece_words_is_a_slice() -> None:
 @pytest.mark.parametrize("layout", [Layout.TN, Layout.NN, Layout.NT], ids=lambda x: x.value)
 def test_mx_end_to_end_through_the_emulator_executor(native, layout: Layout) -> None:
     """wrap_generic_gemm -> plan (one scale-pack launch per operand) -> the MX GEMM in the emulator."""
-    from te_flydsl_plugin.flydsl.kernels import scale_pack
     from te_flydsl_plugin.host import dispatch
 
     m, n, k = 48, 32, 544
     gen = torch.Generator().manual_seed(3)
     a, b = layout_operands(layout, F.MXFP8_E4M3, F.MXFP8_E5M2, m, n, k, gen)
-    runs, packs = launch.launch_counts["emulator"], scale_pack.launch_counts["emulator"]
     try:
         dispatch.configure(backend="flydsl", executor="emulator", env={})
         gemm = tp.wrap_generic_gemm(native)
-        res = gemm(a.passed, layout is Layout.TN, b.passed, layout is Layout.NT, None, None, torch.float32, None,
-                   None, False, None, False, None, 0, False, False)  # fmt: skip
+        with LaunchLog() as log:
+            res = gemm(a.passed, layout is Layout.TN, b.passed, layout is Layout.NT, None, None, torch.float32,
+                       None, None, False, None, False, None, 0, False, False)  # fmt: skip
         stats = tp.stats()
     finally:
         dispatch.configure(backend="default", env={})
     assert stats["by_backend"] == {"flydsl": 1}, stats
-    assert launch.launch_counts["emulator"] == runs + 1, "the compiled MX GEMM did not run in the emulator"
-    assert scale_pack.launch_counts["emulator"] == packs + 2, "expected one scale-pack launch per operand"
+    assert log.count("gemm", "emulator") == 1, "the compiled MX GEMM did not run in the emulator"
+    assert log.count("scale_pack", "emulator") == 2, "expected one scale-pack launch per operand"
     assert not native.calls
     want = te_math(layout, a.value, b.value)
     err = (res[0].double() - want).norm() / want.norm()
@@ -256,10 +256,10 @@ def test_mx_on_gfx950(cfg: KernelConfig) -> None:
     m, n = (1000 if cfg.lhs_k_major else 1008), (1500 if cfg.rhs_k_major else 1504)  # N/M-major: 16-multiples
     plan = _plan(cfg, m, n, 4128, 1.0, 0.0)
     dev = _on_gpu(plan)
-    ran = launch.launch_counts["flydsl"]
-    launch.execute(dev, "flydsl")
+    with LaunchLog() as log:
+        executors.run(dev, "flydsl")
     torch.cuda.synchronize()
-    assert launch.launch_counts["flydsl"] == ran + 1, "the compiled kernel did not run"
+    assert log.count("gemm", "flydsl") == 1, "the compiled kernel did not run"
     run_reference(plan)
     atol, rtol = tolerance(cfg, plan.lhs.k)
     scale = float(plan.out.abs().max())

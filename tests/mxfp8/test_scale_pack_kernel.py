@@ -9,8 +9,10 @@ import pytest
 import torch
 
 from te_flydsl_plugin import llvm
+from te_flydsl_plugin.flydsl import compiled, toolchain
 from te_flydsl_plugin.flydsl import mx_layout as mx
-from te_flydsl_plugin.flydsl import toolchain
+from te_flydsl_plugin.flydsl.executors import pack_scales_kernel
+from te_flydsl_plugin.flydsl.launch_log import LaunchLog
 
 from .helpers import te_scales
 
@@ -40,7 +42,7 @@ def sp():
 @needs_toolchain
 @pytest.mark.parametrize("dim", [1, 0])
 def test_compiles_for_gfx950_within_isa_budget(sp, dim: int) -> None:
-    blob = sp.code_object(dim)
+    blob = compiled.scale_pack_code_object(dim)
     (res,) = toolchain.kernel_resources(blob)
     assert res.name == sp.KERNEL_NAME
     assert res.scratch_bytes == 0
@@ -58,13 +60,18 @@ def test_compiles_for_gfx950_within_isa_budget(sp, dim: int) -> None:
 
 @pytest.mark.compile
 @needs_toolchain
-def test_one_compile_serves_every_shape(sp) -> None:
+def test_one_compile_serves_every_shape(sp, monkeypatch) -> None:
     """Shapes and strides are runtime values: both variants compile once, never per shape."""
-    sp.compiled.cache_clear()
-    sp.code_object(1)
-    sp.code_object(1)
-    sp.code_object(0)
-    assert sp.compiled.cache_info().misses == 2
+    import flydsl.compiler as flyc
+
+    compiles = []
+    real = flyc.compile
+    monkeypatch.setattr(flyc, "compile", lambda fn, *args: compiles.append(fn) or real(fn, *args))
+    monkeypatch.setattr(compiled, "_launchers", {})
+    compiled.scale_pack_code_object(1)
+    compiled.scale_pack_code_object(1)
+    compiled.scale_pack_code_object(0)
+    assert compiles == [sp.scale_pack, sp.scale_pack]
 
 
 EMU_CASES = [
@@ -85,10 +92,10 @@ def test_emulator_matches_reference(sp, rows: int, k: int, dim: int) -> None:
     scales, truth = te_scales(rows, k, dim, poison=None)
     want = mx.pack_scales(scales, rows, k, dim)
     out = torch.full(mx.packed_shape(rows, k), 0xA5, dtype=torch.uint8)
-    before = sp.launch_counts["emulator"]
-    got = sp.pack_scales_kernel(scales, rows, k, dim, out=out, mode="emulator")
-    assert got is out and sp.launch_counts["emulator"] == before + 1
-    report = sp.last_emulator_report
+    with LaunchLog() as log:
+        got = pack_scales_kernel(scales, rows, k, dim, out=out, mode="emulator")
+    assert got is out and log.count("scale_pack", "emulator") == 1
+    (report,) = log.reports("scale_pack")
     shape = mx.packed_shape(rows, k)
     assert report.workgroups == shape[0] * -(-shape[1] * 64 // sp.THREADS) and not report.hazards
     assert report.opcode_counts["buffer_load_ubyte"] == 4 * report.opcode_counts["buffer_store_dword"]
@@ -99,37 +106,37 @@ def test_emulator_matches_reference(sp, rows: int, k: int, dim: int) -> None:
 @pytest.mark.emulator
 @needs_toolchain
 @pytest.mark.parametrize("dim", [1, 0])
-def test_emulator_strided_view(sp, dim: int) -> None:
+def test_emulator_strided_view(dim: int) -> None:
     rows, k = 40, 32 * 9
     base, _ = te_scales(rows, k, dim)
     store = torch.full((2 * base.shape[0] + 1, 3 * base.shape[1]), 255, dtype=torch.uint8)
     store[1::2, ::3] = base
     view = store[1::2, ::3]
-    got = sp.pack_scales_kernel(view, rows, k, dim, mode="emulator")
+    got = pack_scales_kernel(view, rows, k, dim, mode="emulator")
     assert torch.equal(got, mx.pack_scales(base, rows, k, dim))
 
 
 @pytest.mark.gfx950
 @pytest.mark.parametrize("dim", [1, 0])
-def test_gfx950_hardware_matches_reference(sp, dim: int) -> None:
+def test_gfx950_hardware_matches_reference(dim: int) -> None:
     reason = _gfx950_reason()
     if reason:
         pytest.skip(reason)
     rows, k = 1000, 32 * 131
     scales, _ = te_scales(rows, k, dim, poison=None)
     scales = scales.cuda()
-    before = sp.launch_counts["flydsl"]
-    got = sp.pack_scales_kernel(scales, rows, k, dim, mode="flydsl")
+    with LaunchLog() as log:
+        got = pack_scales_kernel(scales, rows, k, dim, mode="flydsl")
     torch.cuda.synchronize()
-    assert sp.launch_counts["flydsl"] == before + 1  # the compiled kernel ran, not a fallback
+    assert log.count("scale_pack", "flydsl") == 1  # the compiled kernel ran, not a fallback
     assert torch.equal(got.cpu(), mx.pack_scales(scales.cpu(), rows, k, dim))
 
 
-def test_host_rejects_bad_arguments(sp) -> None:
+def test_host_rejects_bad_arguments() -> None:
     scales, _ = te_scales(16, 128, 1)
     with pytest.raises(ValueError, match="mode"):
-        sp.pack_scales_kernel(scales, 16, 128, 1, mode="torch")
+        pack_scales_kernel(scales, 16, 128, 1, mode="torch")
     with pytest.raises(ValueError, match="gfx950 device"):
-        sp.pack_scales_kernel(scales, 16, 128, 1, mode="flydsl")
+        pack_scales_kernel(scales, 16, 128, 1, mode="flydsl")
     with pytest.raises(ValueError, match="multiple of 32"):
-        sp.pack_scales_kernel(scales, 16, 100, 1, mode="emulator")
+        pack_scales_kernel(scales, 16, 100, 1, mode="emulator")

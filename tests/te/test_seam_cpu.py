@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import subprocess
 import sys
 import textwrap
 import threading
+from enum import Enum
 from pathlib import Path
 
 import pytest
@@ -171,7 +173,11 @@ def test_rocm_in_tree_path_stands_aside_while_installed(fake_rocm_te: Path, monk
     assert te.active_path()["path"] == "te-in-tree"
     original = gemm.get_gemm_backend
 
+    writes: list[str] = []
+    monkeypatch.setattr(os, "putenv", lambda key, value: writes.append(key))
+    monkeypatch.setattr(os, "unsetenv", lambda key: writes.append(key))
     te.install()
+    assert not writes  # the "default" answer was computed without writing the process environment
     torch.testing.assert_close(gemm.general_gemm(a, b), b @ a.T)
     assert gemm.IN_TREE_CALLS == ["TN"]
     info = te.active_path()
@@ -185,6 +191,25 @@ def test_rocm_in_tree_path_stands_aside_while_installed(fake_rocm_te: Path, monk
     te.uninstall()
     assert gemm.get_gemm_backend is original
     assert gemm.general_gemm(a, b) == "in-tree"
+
+
+def test_default_answer_is_the_getters_own_without_the_environment(monkeypatch) -> None:
+    """TE's getter runs against a private environment: its own answer (type included) for ``default``."""
+    monkeypatch.setenv("NVTE_GEMM_BACKEND", "FlyDSL")
+    backend = Enum("Backend", {"DEFAULT": "default", "FLYDSL": "flydsl"})
+
+    @functools.cache
+    def getter():
+        return backend(os.getenv("NVTE_GEMM_BACKEND", "default").strip().lower())
+
+    environ = os.environ
+
+    def unseen():  # reads the real environment through a closure: the private copy never sees it
+        return environ["NVTE_GEMM_BACKEND"].lower()
+
+    assert te._default_answer(getter) is backend.DEFAULT and getter() is backend.FLYDSL
+    assert te._default_answer(unseen) == "default"  # TE's documented default, not the live "flydsl"
+    assert os.environ["NVTE_GEMM_BACKEND"] == "FlyDSL"
 
 
 def test_active_path_on_plain_te(fake_te: Path) -> None:

@@ -15,8 +15,6 @@ columnwise ``[kb_pad, rows_pad]``; the tensor's own (dynamic) layout supplies th
 
 from __future__ import annotations
 
-import collections
-import functools
 from typing import Any
 
 import flydsl.compiler as flyc
@@ -25,7 +23,7 @@ import torch
 from flydsl._mlir.dialects import rocdl as _rocdl
 from flydsl.expr.typing import T
 
-from .. import mx_layout, toolchain
+from .. import mx_layout
 from .config import OOB_OFFSET
 
 THREADS = 256
@@ -87,26 +85,24 @@ def scale_pack(
     stream: fx.Stream = _DEFAULT_STREAM,
 ):
     """Host launcher: one thread per packed word, grid ``(ceil(n_t * 64 / 256), n_tiles)``."""
-    gx = (n_t * _WORDS_PER_TILE_STEP + THREADS - 1) // THREADS
     scale_pack_kernel(S, P, rows, kb, n_t, BLOCKS_ALONG_DIM).launch(
-        grid=(gx, n_tiles, 1), block=(THREADS, 1, 1), stream=stream
+        grid=grid(n_t, n_tiles), block=(THREADS, 1, 1), stream=stream
     )
 
 
-# ── host side ────────────────────────────────────────────────────────────────────────────────────
+# ── what a launch passes (the compile cache, flydsl/compiled.py, and the executors use these) ────────
 
-ARCH = "gfx950"
-KERNEL_NAME = "scale_pack_kernel_0"
-MODES = ("flydsl", "emulator")
-
-# Launches per mode: the hardware test asserts the compiled kernel ran, and the plan's tests count
-# pack launches per GEMM (at most one per operand).
-launch_counts: collections.Counter[str] = collections.Counter()
-# The emulator's LaunchReport of the latest emulated launch (instructions run, hazards, workgroups).
-last_emulator_report: Any = None
+KERNEL_NAME = "scale_pack_kernel_0"  # the kernel symbol in the code object
 
 
-def _jit_args(scales: torch.Tensor, words: torch.Tensor) -> tuple[Any, Any]:
+def variant_name(blocks_along_dim: int) -> str:
+    """The compile cache's name of one variant (one compile per variant, never per shape)."""
+    if blocks_along_dim not in (0, 1):
+        raise ValueError(f"blocks_along_dim must be 0 or 1, got {blocks_along_dim}")
+    return f"scale_pack_blocks_along_{blocks_along_dim}"
+
+
+def jit_args(scales: torch.Tensor, words: torch.Tensor) -> tuple[Any, Any]:
     """FlyDSL arguments with every extent and stride dynamic, so one compile serves every shape
     and any view (the scale tensor's real strides travel in the kernel argument)."""
     s = flyc.from_dlpack(scales).mark_shape_dynamic([0, 1]).mark_stride_dynamic([0, 1])
@@ -114,66 +110,13 @@ def _jit_args(scales: torch.Tensor, words: torch.Tensor) -> tuple[Any, Any]:
     return s, p
 
 
-@functools.cache
-def compiled(blocks_along_dim: int) -> Any:
-    """The compiled kernel for one blocks-along-dim variant (keyed never by shape).
-
-    A private cache until the kernel family's shared compile cache exists (flydsl/compiled.py).
-    Compiles on any machine (CPU placeholders, no GPU touched); raises ToolchainError without lld.
-    """
-    with toolchain.compile_for(ARCH):
-        s, p = _jit_args(torch.empty((128, 4), dtype=torch.uint8), torch.empty((64,), dtype=torch.int32))
-        return flyc.compile(scale_pack, s, p, 1, 1, 1, 1, blocks_along_dim)
+def placeholder_args(blocks_along_dim: int) -> tuple:
+    """Compile-time arguments of one variant: CPU placeholders (no GPU touched), scalars 1."""
+    s, p = jit_args(torch.empty((128, 4), dtype=torch.uint8), torch.empty((64,), dtype=torch.int32))
+    return s, p, 1, 1, 1, 1, blocks_along_dim
 
 
-def code_object(blocks_along_dim: int) -> bytes:
-    """The gfx950 code object (ELF) of one variant: what the ISA checks and the emulator read."""
-    (blob,) = toolchain.code_objects(compiled(blocks_along_dim)).values()
-    return blob
-
-
-def pack_scales_kernel(
-    scales: torch.Tensor,
-    rows: int,
-    k: int,
-    blocks_along_dim: int,
-    out: torch.Tensor | None = None,
-    mode: str = "flydsl",
-) -> torch.Tensor:
-    """Pack TE's E8M0 scales with ONE kernel launch; bit-identical to ``mx_layout.pack_scales``.
-
-    ``mode="flydsl"`` launches the compiled kernel on the current torch stream (gfx950 tensors);
-    ``mode="emulator"`` runs the same code object in the project's gfx950 emulator (CPU tensors).
-    ``out`` (contiguous uint8 of ``mx_layout.packed_shape(rows, k)``) is written in place; no torch
-    op touches the data on either path.
-    """
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    mx_layout.logical_view(scales, rows, k, blocks_along_dim)  # validates, raises ValueError
-    shape = mx_layout.packed_shape(rows, k)
-    if out is None:
-        out = torch.empty(shape, dtype=torch.uint8, device=scales.device)
-    else:
-        mx_layout.check_out(out, rows, k, scales.device)
-    n_tiles, n_t = shape[0], shape[1]
-    if out.numel() == 0:
-        return out
-    words = out.view(-1).view(torch.int32)
-    kb = k // mx_layout.BLOCK
-    grid = ((n_t * _WORDS_PER_TILE_STEP + THREADS - 1) // THREADS, n_tiles, 1)
-    if mode == "flydsl":
-        if not scales.is_cuda:
-            raise ValueError("mode 'flydsl' needs scales on the gfx950 device; use mode 'emulator' on CPU")
-        s, p = _jit_args(scales, words)
-        compiled(blocks_along_dim)(s, p, rows, kb, n_t, n_tiles, blocks_along_dim, torch.cuda.current_stream())
-    else:
-        from ...emulator import launch, pack_flydsl_kernarg
-
-        if scales.is_cuda or out.is_cuda:
-            raise ValueError("mode 'emulator' runs on CPU tensors")
-        blob = code_object(blocks_along_dim)
-        kernarg = pack_flydsl_kernarg(blob, KERNEL_NAME, [scales, words, rows, kb, n_t])
-        global last_emulator_report
-        last_emulator_report = launch(blob, KERNEL_NAME, kernarg, grid, (THREADS, 1, 1))
-    launch_counts[mode] += 1
-    return out
+def grid(n_t: Any, n_tiles: Any) -> tuple[Any, Any, int]:
+    """The launch grid for ``n_t`` word groups and ``n_tiles`` 16-row tiles: Python ints for the
+    emulator, the launcher's traced ``fx.Int32`` values in :func:`scale_pack`."""
+    return ((n_t * _WORDS_PER_TILE_STEP + THREADS - 1) // THREADS, n_tiles, 1)

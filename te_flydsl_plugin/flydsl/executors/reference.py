@@ -1,9 +1,9 @@
-"""The three executors of one plan: ``flydsl`` (compiled kernels on gfx950), ``emulator`` (the same
-compiled code run on CPU by the project's gfx950 emulator) and ``reference`` (torch, any device).
+"""The ``reference`` executor: a plan run with torch in fp32, on any device.
 
-The reference executor decodes the kernel-facing operands exactly as the kernel reads them (chosen
-storage, FP8 bytes with their scale_inv, packed E8M0 scales through ``mx_layout.unpack_scales``) and
-walks the plan's pieces, so host logic (storage choice, M/N/K, packing, splitting) is verified here.
+It decodes the kernel-facing operands exactly as the kernel reads them (chosen storage, FP8 bytes
+with their scale_inv, packed E8M0 scales through ``mx_layout.unpack_scales``) and walks the plan's
+pieces, so host logic (storage choice, M/N/K, packing, splitting) is verified here; its epilogues
+are the semantics TE's fused epilogues define, which the compiled kernels match.
 """
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ import math
 
 import torch
 
-from ..operands import FP8_TORCH_DTYPES
-from .plan_types import GemmPlan, KernelOperand, Piece
+from ...operands import FP8_TORCH_DTYPES
+from .. import mx_layout
+from ..plan_types import GemmPlan, KernelOperand, Piece
 
-EXECUTORS = ("auto", "flydsl", "reference", "emulator")
+pack_scales = mx_layout.pack_scales  # this executor's MXFP8 scale packing: the torch reference
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
@@ -29,10 +30,8 @@ def decode(op: KernelOperand, r0: int, r1: int, k0: int, k1: int) -> torch.Tenso
     vals = window.view(FP8_TORCH_DTYPES[fmt]).float()
     if fmt.is_fp8:
         return vals * op.scale_inv.float()
-    from .mx_layout import e8m0_to_float, unpack_scales
-
-    scales = unpack_scales(op.mx_scales, op.rows, op.k)[r0:r1, k0 // 32 : (k1 + 31) // 32]
-    return vals * e8m0_to_float(scales).repeat_interleave(32, dim=1)[:, : k1 - k0]
+    scales = mx_layout.unpack_scales(op.mx_scales, op.rows, op.k)[r0:r1, k0 // 32 : (k1 + 31) // 32]
+    return vals * mx_layout.e8m0_to_float(scales).repeat_interleave(32, dim=1)[:, : k1 - k0]
 
 
 def gelu(x: torch.Tensor) -> torch.Tensor:
@@ -46,7 +45,7 @@ def dgelu(x: torch.Tensor) -> torch.Tensor:
     return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * _SQRT_2_OVER_PI * (1.0 + 3 * 0.044715 * x * x)
 
 
-def run_reference(plan: GemmPlan) -> None:
+def run(plan: GemmPlan) -> None:
     """Execute ``plan`` with torch in fp32, piece by piece, writing ``plan.out`` and epilogue outputs."""
     epi = plan.problem.epilogue
     blocks: dict[tuple[int, int, int, int], list[Piece]] = {}
@@ -77,13 +76,3 @@ def run_reference(plan: GemmPlan) -> None:
         out.copy_(res)
     if plan.bias_grad is not None:
         plan.bias_grad.copy_(bias_grad)
-
-
-def run(plan: GemmPlan, executor: str) -> None:
-    """Execute ``plan`` with the named executor (``reference``, ``flydsl`` or ``emulator``)."""
-    if executor == "reference":
-        run_reference(plan)
-        return
-    from .launch import execute
-
-    execute(plan, executor)
