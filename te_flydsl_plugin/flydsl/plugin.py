@@ -15,7 +15,7 @@ from typing import Any
 from ..spec import Capabilities, GemmCall, GemmProblem, Reason, ReasonCode, SettingsError, Verdict, hookimpl
 from . import check as _check
 from . import matrix
-from .executors import SETTINGS as EXECUTORS
+from .executors import EXECUTORS, SETTINGS
 
 __version__ = "0.1.0"
 
@@ -45,16 +45,16 @@ class FlydslBackend:
 
     def settings_errors(self) -> list[str]:
         """What is wrong with the settings this backend read; the dispatcher refuses to start on any."""
-        if self.requested in EXECUTORS:
+        if self.requested in SETTINGS:
             return []
-        return [f"NVTE_FLYDSL_EXECUTOR={self.requested!r} is not one of {', '.join(EXECUTORS)}"]
+        return [f"NVTE_FLYDSL_EXECUTOR={self.requested!r} is not one of {', '.join(SETTINGS)}"]
 
     def with_executor(self, executor: str) -> FlydslBackend:
         """A new backend that runs and judges with ``executor`` (spec.GemmBackend's optional method);
         ``self``, the process-wide one included, keeps its own. SettingsError for an unknown name."""
         name = executor.strip().lower()
-        if name not in EXECUTORS:
-            raise SettingsError(f"executor {executor!r} is not one of {', '.join(EXECUTORS)}")
+        if name not in SETTINGS:
+            raise SettingsError(f"executor {executor!r} is not one of {', '.join(SETTINGS)}")
         return FlydslBackend(name)
 
     @property
@@ -74,11 +74,11 @@ class FlydslBackend:
 
     def _evaluate(self) -> tuple[str, Verdict]:
         ex = self.requested
-        if ex not in EXECUTORS:
+        if ex not in SETTINGS:
             return ex, Verdict.no(
                 Reason(
                     ReasonCode.UNAVAILABLE,
-                    f"NVTE_FLYDSL_EXECUTOR={ex!r} is not one of {', '.join(EXECUTORS)}",
+                    f"NVTE_FLYDSL_EXECUTOR={ex!r} is not one of {', '.join(SETTINGS)}",
                     "executor",
                 )
             )
@@ -127,8 +127,8 @@ class FlydslBackend:
 
     @staticmethod
     def _packer(executor: str) -> Any:
-        """MXFP8 scale packing for this executor: one scale-pack kernel launch per operand and call (the
-        torch reference for the reference executor).
+        """MXFP8 scale packing as this executor does it (``executors/``): one scale-pack kernel launch per
+        operand and call for the compiled ones, the torch reference for ``reference``.
 
         Packed weight scales are never reused across calls. Nothing TE guarantees can tell that a
         weight's scales were rewritten: TE's quantizers (``update_quantized``, ``copy_`` into an
@@ -137,16 +137,7 @@ class FlydslBackend:
         it served the first step's scales forever. PR 676 packs once per GEMM as well; the cost is one
         pass over K/32 bytes per operand row (docs/mxfp8-layout.md).
         """
-        if executor == "reference":
-            from .mx_layout import pack_scales
-
-            return pack_scales
-        from .executors import pack_scales_kernel
-
-        def pack(scales: Any, rows: int, k: int, dim: int) -> Any:
-            return pack_scales_kernel(scales, rows, k, dim, mode=executor)
-
-        return pack
+        return EXECUTORS[executor].load().pack_scales
 
 
 _backend: FlydslBackend | None = None

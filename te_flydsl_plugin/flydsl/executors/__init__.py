@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from ..matrix import COMPILED_EXECUTORS
+
 if TYPE_CHECKING:  # the table is read when the plugin loads: torch is imported with the first plan
     from ..plan_types import GemmPlan
 
@@ -45,24 +47,23 @@ def _emulator() -> ModuleType:
 
 @dataclass(frozen=True)
 class Executor:
-    """One executor: its name, what it runs on, whether it runs compiled code, and its module."""
+    """One executor: its name, what it runs on, and its module. Which run compiled code (and so accept
+    only what a row's backed list names) is the matrix's ``COMPILED_EXECUTORS``."""
 
     name: str
     runs_on: str
-    compiled: bool
     load: Callable[[], ModuleType]  # the executor's module (imported on first use)
 
 
 EXECUTORS: dict[str, Executor] = {
     ex.name: ex
     for ex in (
-        Executor("flydsl", "the compiled kernels on the gfx950 GPU", True, _gpu),
-        Executor("reference", "torch in fp32, on any device", False, _reference),
-        Executor("emulator", "the compiled gfx950 code objects, in the emulator on CPU", True, _emulator),
+        Executor("flydsl", "the compiled kernels on the gfx950 GPU", _gpu),
+        Executor("reference", "torch in fp32, on any device", _reference),
+        Executor("emulator", "the compiled gfx950 code objects, in the emulator on CPU", _emulator),
     )
 }
 SETTINGS = ("auto", *EXECUTORS)  # what NVTE_FLYDSL_EXECUTOR may name
-COMPILED = tuple(name for name, ex in EXECUTORS.items() if ex.compiled)
 
 
 def run(plan: GemmPlan, executor: str) -> None:
@@ -82,6 +83,6 @@ def pack_scales_kernel(
     ``out`` (contiguous uint8 of ``mx_layout.packed_shape(rows, k)``) is written in place; no torch
     op touches the data on either path.
     """
-    if mode not in COMPILED:
-        raise ValueError(f"mode must be one of {COMPILED}, got {mode!r}")
+    if mode not in COMPILED_EXECUTORS:
+        raise ValueError(f"mode must be one of {COMPILED_EXECUTORS}, got {mode!r}")
     return EXECUTORS[mode].load().pack_scales(scales, rows, k, blocks_along_dim, out)
