@@ -101,3 +101,27 @@ def test_unrolled_iteration() -> None:
     assert ops[:5] == ops[5:] and sorted(ops[:5]) == sorted("mmdmb")  # a rotation of one steady iteration
     with pytest.raises(ValueError):
         tool.unrolled_iteration(long, short, 4)
+
+
+def test_committed_result() -> None:
+    """docs/data/pr676_peer.json is a predicted result for all three kinds whose summaries are those of
+    its own per-GEMM rows, and docs/perf-model.md's 8192^3 row quotes it."""
+    import json
+
+    root = TOOL.parents[1]
+    tool = _tool()
+    result = json.loads((root / tool.OUT).read_text())
+    assert result["predicted"] is True and result["pr676_commit"].startswith("10a0813d")
+    assert list(result["kinds"]) == ["bf16", "fp8", "mxfp8"]
+    square = []
+    for kind, s in result["kinds"].items():
+        assert sorted(result["pr676_kernels"][kind]) == sorted(tool.PEERS[kind].layouts)
+        rows = s["gemms"]
+        assert all(r["ratio"] == pytest.approx(r["ours"] / r["pr676"]) for r in rows)
+        for side in ("ours", "pr676", "ratio"):
+            assert s["llm_both"][side] == pytest.approx(tool.summary([r[side] for r in rows]))
+        assert not set(s["pr676_declines"]) & {r["shape"] for r in rows}
+        sq = s["square_8192"]
+        square += [f"{sq['ours']:.0f} ({sq['ours_limiter']})", f"{sq['pr676']:.0f} ({sq['pr676_limiter']})"]
+    doc = (root / "docs" / "perf-model.md").read_text()
+    assert "| 8192^3 TFLOP/s (limiter) | " + " | ".join(square) + " |" in doc
