@@ -2,9 +2,9 @@
 
 PR 676's code is not part of this project: give the directory holding its kernel modules
 (``transformer_engine/pytorch/flydsl_kernels/gemm/`` of a ROCm/TransformerEngine checkout, copied
-outside this repository). Each of their kernels is compiled by hand for gfx950 with the installed
-FlyDSL at its default (and only) tile, 256 x 256, at two K lengths (``wg_timing.K_TILES``); then, as
-for our configs:
+outside this repository). Each of their kernels (bf16, FP8 with per-tensor scales, MXFP8) is
+compiled by hand for gfx950 with the installed FlyDSL at its default (and only) tile, 256 x 256,
+at two K lengths (``wg_timing.K_TILES``); then, as for our configs:
 
 * the K-loop report: their K loop is unrolled at compile time (``range_constexpr``), so there is no
   backward branch for ``kloop.k_loop`` to find; one steady iteration is cut out of the straight-line
@@ -17,7 +17,7 @@ for our configs:
 
 Run from the repository root (minutes: it also predicts our suite):
 
-    PYTHONPATH=$PWD python3 tools/peer_pr676.py DIR --commit SHA [--kinds bf16] [--out FILE]
+    PYTHONPATH=$PWD python3 tools/peer_pr676.py DIR --commit SHA [--kinds bf16,fp8,mxfp8] [--out FILE]
 """
 
 from __future__ import annotations
@@ -43,23 +43,27 @@ SQUARE = (8192, 8192, 8192)
 
 @dataclass(frozen=True)
 class Peer:
-    """One of their kernels: module, K tile, threads, output and operand bytes per element, our kind."""
+    """One of their kernels: module, K tile, threads, operand bytes per element, the layouts it
+    compiles, and whether its ``_compile_kernel`` takes the layout (their FP8 one is TN only)."""
 
     module: str
     tile_k: int
     threads: int
     operand_bytes: int
     layouts: tuple[str, ...]  # the layouts their kernel compiles (TE's TN / NN / NT)
+    takes_layout: bool = True
 
 
-# from each kernel file's _BLOCK_K, NUM_THREADS and _compile_kernel's layout argument
+# from each kernel file's _BLOCK_K, NUM_THREADS and _compile_kernel's signature
 PEERS: dict[str, Peer] = {
     "bf16": Peer("bf16_gemm", 64, 256, 2, ("TN", "NN", "NT")),
+    "fp8": Peer("fp8_gemm", 128, 256, 1, ("TN",), takes_layout=False),
+    "mxfp8": Peer("mxfp8_gemm", 128, 256, 1, ("TN", "NN", "NT")),
 }
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    """The command line; the kernel directory must exist and every kind be one of :data:`PEERS`."""
+    """The command line; every kind must be one of :data:`PEERS` and its module in the directory."""
     p = argparse.ArgumentParser(prog="peer_pr676.py", description=__doc__.splitlines()[0])
     p.add_argument("dir", type=Path, help="PR 676's flydsl_kernels/gemm directory (outside this repository)")
     p.add_argument("--commit", required=True, help="the ROCm/TransformerEngine commit the sources are from")
@@ -70,8 +74,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     bad = sorted(set(args.kinds) - set(PEERS))
     if bad or not args.kinds:
         p.error(f"--kinds takes a comma list of {', '.join(PEERS)}; got {bad or 'nothing'}")
-    if not (args.dir / f"{PEERS[args.kinds[0]].module}.py").is_file():
-        p.error(f"{args.dir} holds no {PEERS[args.kinds[0]].module}.py (give their flydsl_kernels/gemm directory)")
+    missing = [f"{PEERS[k].module}.py" for k in args.kinds if not (args.dir / f"{PEERS[k].module}.py").is_file()]
+    if missing:
+        p.error(f"{args.dir} holds no {', '.join(missing)} (give their flydsl_kernels/gemm directory)")
     return args
 
 
@@ -85,25 +90,46 @@ def import_their_package(directory: Path) -> None:
 
 
 def _args(kind: str, k: int) -> list[Any]:
-    """Zero CPU operands of one 256 x 256 tile in their launcher's order (their doGemm): A and B as flat
-    byte views of the row-major operands, C flat, then M and N."""
+    """Zero CPU operands of one 256 x 256 tile in their launcher's order: A and B as flat byte views
+    of the operands, C flat (bf16), M and N; FP8 (``fp8_gemm.doGemm``) puts the two one-element FP32
+    inverse scales after C, MXFP8 (``mxfp8_gemm.do_gemm``) puts each operand's packed E8M0 scale
+    words (int32, ``[K / 128, rows]``) after it."""
     import torch
 
-    a = torch.zeros(TILE * k, dtype=torch.bfloat16).view(torch.uint8)
-    return [a, a.clone(), torch.zeros(TILE * TILE, dtype=torch.bfloat16), TILE, TILE]
+    elem = PEERS[kind].operand_bytes
+    a = torch.zeros(TILE * k * elem, dtype=torch.uint8)
+    b, c = a.clone(), torch.zeros(TILE * TILE, dtype=torch.bfloat16)
+    if kind == "fp8":
+        return [a, b, c, torch.ones(1), torch.ones(1), TILE, TILE]
+    if kind == "mxfp8":
+        scales = torch.zeros(k // PEERS[kind].tile_k * TILE, dtype=torch.int32)
+        return [a, scales, b, scales.clone(), c, TILE, TILE]
+    return [a, b, c, TILE, TILE]
+
+
+def _build_args(kind: str, k: int, layout: str) -> tuple[Any, ...]:
+    """Their ``_compile_kernel`` arguments: K, the element types (FP8 and MXFP8 take A's and B's
+    FP8 type and the output type; E4M3 both, which changes only the MFMA's cbsz / blgp fields),
+    then the layout where it takes one."""
+    import torch
+
+    if kind == "bf16":
+        dtypes: tuple[Any, ...] = (torch.bfloat16,)
+    else:
+        dtypes = (torch.float8_e4m3fn, torch.float8_e4m3fn, torch.bfloat16)
+    return (k, *dtypes, layout) if PEERS[kind].takes_layout else (k, *dtypes)
 
 
 def compile_peer(kind: str, layout: str, tiles: int) -> tuple[bytes, list[Any]]:
     """Their kernel at ``tiles`` K tiles for gfx950: the code object and the launch arguments."""
     import flydsl.compiler as flyc
-    import torch
 
     from te_flydsl_plugin.flydsl import toolchain
 
     peer = PEERS[kind]
     k = tiles * peer.tile_k
     build = importlib.import_module(f"{PACKAGE}.{peer.module}")._compile_kernel
-    fn = build(k, torch.bfloat16, layout)
+    fn = build(*_build_args(kind, k, layout))
     args = _args(kind, k)
     with toolchain.compile_for("gfx950"):
         compiled = flyc.compile(fn, *args, 0)  # 0: the stream argument
@@ -205,7 +231,8 @@ def accepts(kind: str, m: int, n: int, k: int) -> bool:
 
 
 def gemm_bytes(kind: str, m: int, n: int, k: int) -> int:
-    """Operands and bf16 output through HBM at least once (``estimate.gemm_bytes``'s rule)."""
+    """Operands and bf16 output through HBM at least once (``estimate.gemm_bytes``'s rule: scales
+    not counted, as for ours)."""
     return (m + n) * k * PEERS[kind].operand_bytes + m * n * 2
 
 
