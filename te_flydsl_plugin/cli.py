@@ -46,8 +46,8 @@ class CliError(Exception):
 
 
 def _arch(name: str) -> str:
-    """argparse ``type`` of every ``--arch``: the name normalised by host/archs.py, or a usage error."""
-    from .host import archs
+    """argparse ``type`` of every ``--arch``: the name normalised by archs.py, or a usage error."""
+    from . import archs
 
     try:
         return archs.normalize(name)
@@ -155,7 +155,7 @@ def _flydsl() -> GemmBackend:
 
 
 def cmd_capabilities(args: argparse.Namespace) -> int:
-    from .host import archs
+    from . import archs
 
     caps = _flydsl().capabilities()
     if args.arch is not None:
@@ -299,8 +299,8 @@ def doctor_report() -> dict[str, Any]:
 
     import torch
 
+    from .device import current_arch
     from .host import dispatch, registry
-    from .host.device import current_arch
 
     problems: list[dict[str, str]] = []
     versions = {
@@ -435,8 +435,8 @@ def cmd_precompile(args: argparse.Namespace) -> int:
         from .flydsl import family, isa
     except ImportError as exc:
         raise CliError(f"the kernel family cannot be loaded: {exc}") from exc
+    from . import archs
     from .flydsl import matrix
-    from .host import archs
 
     try:
         archs.require(args.arch, matrix.ARCHS)

@@ -385,8 +385,8 @@ def test_check_with_any_arguments_answers_or_errors_in_one_line(capsys, picks, l
 
 
 def test_compiling_for_an_arch_without_kernels_is_an_error_not_an_abort(tmp_path, monkeypatch):
+    from te_flydsl_plugin.archs import ArchError
     from te_flydsl_plugin.flydsl import compiled
-    from te_flydsl_plugin.host.archs import ArchError
 
     monkeypatch.setenv("TE_FLYDSL_CACHE_DIR", str(tmp_path))
     with pytest.raises(ArchError, match="gfx942 is not supported"):

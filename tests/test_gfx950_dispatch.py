@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import te_flydsl_plugin as tp
+from te_flydsl_plugin.device import current_arch
 from te_flydsl_plugin.host import dispatch
-from te_flydsl_plugin.host.device import current_arch
 from te_flydsl_plugin.spec import Format, Layout
 
 from .gemm_cases import layout_operands

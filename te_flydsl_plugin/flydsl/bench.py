@@ -167,7 +167,7 @@ def _epilogue_args(shape: Shape, out_dtype: torch.dtype, device: torch.device) -
 
 def require_gfx950() -> None:
     """Raise RuntimeError with the reason unless a gfx950 GPU is the current device."""
-    from ..host.device import current_arch
+    from ..device import current_arch
 
     arch = current_arch()
     if not (torch.version.hip and arch.startswith("gfx950")):
@@ -212,7 +212,7 @@ def run(
 ) -> list[dict[str, Any]]:
     """One row per (shape, kind, config), plus torch.matmul's for 16-bit kinds; see the module docstring."""
     require_gfx950()
-    from ..host.device import current_arch
+    from ..device import current_arch
     from .executors import gpu
     from .launch_log import LaunchLog
 

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..host import archs
+from .. import archs
 from . import matrix, toolchain
 from .kernels.config import KernelConfig
 

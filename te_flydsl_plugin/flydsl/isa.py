@@ -13,8 +13,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from .. import llvm
-from ..host import archs
+from .. import archs, llvm
 from ..spec import Format
 from . import kloop, matrix
 from .compiled import compile_config
@@ -151,7 +150,7 @@ def precompile(
     """Compile (or load) ``configs`` (default: :data:`BACKED`) and return one ISA report per config.
 
     ``progress(done, total, report)`` is called after each config, for the CLI's progress display.
-    An arch without kernels raises :class:`~te_flydsl_plugin.host.archs.ArchError` before anything
+    An arch without kernels raises :class:`~te_flydsl_plugin.archs.ArchError` before anything
     compiles (LLVM aborts the process on some of them: gfx942 cannot expand gfx950's MFMAs).
     """
     arch = archs.require(arch, matrix.ARCHS)

@@ -95,7 +95,7 @@ class FlydslBackend:
                     Reason(ReasonCode.UNAVAILABLE, f"emulator executor needs {', '.join(missing)}", "executor")
                 )
             return ex, Verdict.yes()
-        from ..host.device import current_arch
+        from ..device import current_arch
 
         arch = current_arch()
         problems = []

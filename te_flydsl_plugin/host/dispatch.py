@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from .. import archs
 from ..spec import GemmBackend, GemmProblem, Reason, ReasonCode, SettingsError, Verdict
-from . import archs
 from . import registry as _registry
 from .names import NATIVE_NAMES
 
@@ -276,7 +276,7 @@ _report_registered = False
 
 
 def validate(settings: Settings, backend: GemmBackend | None) -> Settings:
-    """``settings`` with the target arch normalised (host/archs.py), or SettingsError naming every
+    """``settings`` with the target arch normalised (archs.py), or SettingsError naming every
     setting that names something nonexistent: the target arch, and what the backend's optional
     ``settings_errors()`` reports (the FlyDSL backend: ``NVTE_FLYDSL_EXECUTOR``)."""
     if backend is None:

@@ -15,9 +15,9 @@ from typing import Any
 
 import torch
 
+from ..device import arch_of
 from ..spec import GemmCall, Reason, ReasonCode
 from . import dispatch, problem, signature, views
-from .device import arch_of
 from .signature import TAIL_KEYWORDS
 
 _PLAIN = views.PLAIN_TENSORS  # a module global: the hot path reads it without an attribute lookup

@@ -9,7 +9,7 @@ from the backend (``check``'s ARCH reason), or an error where nothing can be don
 
 from __future__ import annotations
 
-from ..spec import SettingsError
+from .spec import SettingsError
 
 # AMD GPU processors a ROCm PyTorch build targets: the CDNA and RDNA rows of LLVM's processor table
 # (llvm/docs/AMDGPUUsage.rst, "Processors"). Only gfx950 has kernels (flydsl/matrix.py's ARCHS).
