@@ -36,10 +36,10 @@ MAX_LAUNCH_BYTES = INT32_MAX
 # MAX_LAUNCH_BYTES): a buffer load from it returns 0 and touches no memory, a store is dropped (buffer
 # range checking).
 OOB_OFFSET = MAX_LAUNCH_BYTES
-# The same for offsets given in elements (the GEMM's DMA and epilogue addresses), which the hardware scales
-# by the element size in 32 bits: ``-(OOB_BYTES // itemsize)`` elements is byte offset 2**31 (mod 2**32)
-# for every power-of-two item size, an int32 even for 1-byte elements (the positive 2**31 is none), one
-# past OOB_OFFSET and so past every buffer as well.
+# The same for offsets given in elements (the GEMM's DMA and epilogue addresses), which FlyDSL's buffer
+# copies scale to bytes by the element size in 32 bits: ``-(OOB_BYTES // itemsize)`` elements is byte
+# offset 2**31 (mod 2**32) for every power-of-two item size, an int32 even for 1-byte elements (the
+# positive 2**31 is none), one past OOB_OFFSET and so past every buffer as well.
 OOB_BYTES = OOB_OFFSET + 1
 
 

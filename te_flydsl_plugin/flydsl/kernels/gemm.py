@@ -35,7 +35,7 @@ Design (docs/kernels.md has the reasons at length):
 """
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -340,7 +340,19 @@ class _Fill:
     """Stage 3, the direct global->LDS DMA of both operands: what each lane loads is planned once, before
     the K loop (:meth:`_plan`); :meth:`stage` gives the issuers of one K tile's transfers."""
 
-    def __init__(self, p: GemmParams, wg: _Workgroup, lds: _Lds, a_buf, b_buf, m, n, k, ld_lhs, ld_rhs) -> None:
+    def __init__(
+        self,
+        p: GemmParams,
+        wg: _Workgroup,
+        lds: _Lds,
+        a_buf: fx.Tensor,  # lhs and rhs as buffer tensors (fx.rocdl.make_buffer_tensor)
+        b_buf: fx.Tensor,
+        m: fx.Int32,
+        n: fx.Int32,
+        k: fx.Int32,
+        ld_lhs: fx.Int32,
+        ld_rhs: fx.Int32,
+    ) -> None:
         self.p = p
         self.lds = lds
         self.k = k
@@ -355,7 +367,18 @@ class _Fill:
         self.a = self._plan(a_buf, lds.a_layout, p.tile_m, m, wg.row0, ld_lhs, p.lhs_k_major, loads_a, tid)
         self.b = self._plan(b_buf, lds.b_layout, p.tile_n, n, wg.col0, ld_rhs, p.rhs_k_major, loads_b, tid)
 
-    def _plan(self, src, layout, rows_tile, rows, first_row, ld, k_major, loads, tid) -> tuple:
+    def _plan(
+        self,
+        src: fx.Tensor,
+        layout: fx.Layout,
+        rows_tile: int,
+        rows: fx.Int32,
+        first_row: fx.Int32,
+        ld: fx.Int32,
+        k_major: bool,
+        loads: int,
+        tid: fx.Int32,
+    ) -> tuple:
         """What one operand's DMA fill needs beyond the K tile, computed once, before the K loop.
 
         Load ``i`` of this lane lands on LDS element ``pos`` (the wave's 1 KiB at a uniform base:
@@ -390,7 +413,7 @@ class _Fill:
             plan.append(((g_row < rows).select(offset, self.oob), g_row, g_k))
         return src, plan, rows, ld, k_major
 
-    def _issuers(self, lds_stage, plan: tuple, k_tile) -> list[Callable[[], None]]:
+    def _issuers(self, lds_stage: fx.Pointer, plan: tuple, k_tile: fx.Int32 | int) -> list[Callable[[], None]]:
         """Issuers of one operand's DMA transfers of K tile ``k_tile`` into ``lds_stage`` (:meth:`_plan`)."""
         src, loads, rows, ld, k_major = plan
         k0 = k_tile * self.p.tile_k
@@ -399,8 +422,9 @@ class _Fill:
             for i, load in enumerate(loads)
         ]
 
-    def _issue(self, lds_stage, k0, src, rows, ld, k_major, i, base, g_row, g_k) -> None:
-        """One lane's transfer ``i`` of a K tile starting at global K ``k0``."""
+    def _issue(self, lds_stage, k0, src, rows, ld, k_major: bool, i: int, base, g_row, g_k) -> None:
+        """One lane's transfer ``i`` of a K tile starting at global K ``k0`` (``base``, ``g_row``, ``g_k``:
+        its entry of :meth:`_plan`)."""
         p, k = self.p, self.k
         if const_expr(p.pinned):
             # Only the K tail is per tile; the tile's offset goes into the scalar offset, in elements
@@ -418,13 +442,13 @@ class _Fill:
         dst_v = fx.make_view(lds_stage + (self.wave_base + i * p.threads * self.vec), fx.make_layout(1, 1))
         fx.copy_atom_call(atom, src_v, dst_v)
 
-    def stage(self, stage, k_tile) -> list[Callable[[], None]]:
+    def stage(self, stage: fx.Int32 | int, k_tile: fx.Int32 | int) -> list[Callable[[], None]]:
         """Issuers of both operands' DMA transfers of K tile ``k_tile`` into LDS stage ``stage``."""
         return self._issuers(self.lds.a_stage(stage), self.a, k_tile) + self._issuers(
             self.lds.b_stage(stage), self.b, k_tile
         )
 
-    def issue(self, stage, k_tile) -> None:
+    def issue(self, stage: int, k_tile: int) -> None:
         """Issue K tile ``k_tile``'s transfers into LDS stage ``stage`` now."""
         for issue in self.stage(stage, k_tile):
             issue()
@@ -457,7 +481,16 @@ class _Mma:
     words, loaded after the MFMAs, would then wait for the DMA issued just before them.
     """
 
-    def __init__(self, p: GemmParams, tiled_mma: fx.TiledMma, tid, lds: _Lds, o_buf, elem_a, elem_b) -> None:
+    def __init__(
+        self,
+        p: GemmParams,
+        tiled_mma: fx.TiledMma,
+        tid: fx.Int32,
+        lds: _Lds,
+        o_buf: fx.Tensor,
+        elem_a: type,
+        elem_b: type,
+    ) -> None:
         self.p = p
         self.lds = lds
         self.tiled_mma = tiled_mma
@@ -481,14 +514,14 @@ class _Mma:
         # Only the transposing 8-bit reads' fragments pass through VALU (v_perm_b32) on their way to the MFMA.
         self.fenced = tuple(p.elem_bytes == 1 and not km for km in (p.rhs_k_major, p.lhs_k_major))
 
-    def _sources(self, stage) -> tuple:
+    def _sources(self, stage: fx.Int32 | int) -> tuple:
         """This thread's (rhs, lhs) fragment sources in LDS stage ``stage``."""
         lds = self.lds
         src_rhs = self.thr_copy_rhs.partition_S(fx.make_view(lds.b_stage(stage), lds.b_layout))
         src_lhs = self.thr_copy_lhs.partition_S(fx.make_view(lds.a_stage(stage), lds.a_layout))
         return src_rhs, src_lhs
 
-    def reads(self, stage, kc: int) -> tuple[list, list]:
+    def reads(self, stage: fx.Int32 | int, kc: int) -> tuple[list, list]:
         """Issuers of chunk ``kc``'s fragment reads from LDS stage ``stage``, one per repetition:
         (MMA A = rhs, MMA B = lhs)."""
         src_rhs, src_lhs = self._sources(stage)
@@ -500,12 +533,14 @@ class _Mma:
             )
         )
 
-    def issue_reads(self, stage, kc: int) -> None:
+    def issue_reads(self, stage: int, kc: int) -> None:
         """Issue chunk ``kc``'s fragment reads from LDS stage ``stage`` now (both operands)."""
         for issue in [issue for side in self.reads(stage, kc) for issue in side]:
             issue()
 
-    def multiply(self, stage, words=None, fills=(), next_stage=None) -> None:
+    def multiply(
+        self, stage: fx.Int32, words: tuple | None = None, fills: Sequence[Callable[[], None]] = (), next_stage=None
+    ) -> None:
         """One K tile from LDS stage ``stage``. Without ``handover``, ``fills`` (the DMA issuers of the next
         tile) go out first, before the tile's fragment reads; with it, they are tile t + 2's, issued with
         the hand-over of ``next_stage`` (None for the last tile), and with two K chunks chunk 0's
@@ -561,7 +596,9 @@ class _Mma:
                 self.fenced,
             )
 
-    def scale_words(self, lhs_scale, rhs_scale, wg: _Workgroup, m, n) -> tuple[mx.ScaleWords, mx.ScaleWords]:
+    def scale_words(
+        self, lhs_scale: fx.Tensor, rhs_scale: fx.Tensor, wg: _Workgroup, m: fx.Int32, n: fx.Int32
+    ) -> tuple[mx.ScaleWords, mx.ScaleWords]:
         """MXFP8's (rhs, lhs) scale words (kernels/mx.py), in MMA operand order (A = rhs, B = lhs): the
         rows each of this lane's repetitions scales."""
         p = self.p
@@ -617,7 +654,8 @@ def gemm_kernel(
     (:class:`_Lds`), the DMA fills (:class:`_Fill`), the MFMAs (:class:`_Mma`), the K loop (here: its
     runtime loop and branches must be in the kernel's own body, which FlyDSL rewrites into ``scf``
     control flow; inside them only plain names are called, so no stage object becomes loop state), and
-    the epilogue (:func:`_output_scale`, ``epilogue.store_tile``)."""
+    the epilogue (:func:`_output_scale`, ``epilogue.store_tile``). Each stage emits its instructions in
+    the order the one-function kernel did, so the code object is the same bit for bit."""
     elem_a = getattr(fx, p.lhs_elem)
     elem_b = getattr(fx, p.rhs_elem)
     # Built here, not passed in: a TiledMma argument would carry the MFMA's state as kernel arguments.
@@ -632,6 +670,8 @@ def gemm_kernel(
     mma = _Mma(p, tiled_mma, tid, lds, o_buf, elem_a, elem_b)
     # Stage 5, the K loop. Ping-pong: the barrier after the wait both publishes tile t and proves every wave
     # has finished reading the stage that the next fill overwrites (it was read in iteration t - 1).
+    # Inside the runtime loops and branches only these plain names are called: FlyDSL carries every local
+    # whose method is called there as loop state (``fill.stage(...)`` would make ``fill`` an scf iter_arg).
     sync, fill_stage, multiply, a_stage = _sync, fill.stage, mma.multiply, lds.a_stage
     if const_expr(p.mx):
         # Groups of four K tiles share one scale word per repetition (kernels/mx.py); a group's words are
