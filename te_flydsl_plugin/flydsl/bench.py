@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from ..spec import Format, GemmCall, GemmProblem, Layout
+from . import mx_layout
 from .kernels.config import KernelConfig
 
 # (model, hidden, fused QKV width, FFN width): Llama-3.1-8B / 70B, Qwen2.5-72B, Mistral-7B.
@@ -114,7 +115,7 @@ def _operand(fmt: Format, shape: tuple[int, int], device: torch.device) -> Any:
     rows, cols = shape
 
     def scales(r: int, c: int) -> torch.Tensor:
-        return torch.full((r, c), 127, dtype=torch.uint8, device=device)
+        return torch.full((r, c), mx_layout.PAD_BYTE, dtype=torch.uint8, device=device)  # E8M0 2^0
 
     def up(x: int, m: int) -> int:
         return -(-x // m) * m

@@ -151,19 +151,10 @@ def _reduce_partials(plan: GemmPlan, launches: list[Launch]) -> None:
 
 
 def kernarg_values(ln: Launch) -> list[Any]:
-    """The kernel's launch values in signature order: the tensors (views), then the runtime scalars."""
-    cfg = ln.config
-    geom = gemm.launch_geometry(cfg, ln.out, ln.lhs, ln.rhs)  # the same validation as a GPU launch
-    lhs = ln.lhs.view(gemm.torch_dtype(cfg.lhs_format))
-    rhs = ln.rhs.view(gemm.torch_dtype(cfg.rhs_format))
-    if cfg.scaling != "none":
-        if ln.lhs_scale is None or ln.rhs_scale is None:
-            raise ValueError("FP8 operands need their scale_inv tensors, MXFP8 their packed scale words")
-        sa, sb = ln.lhs_scale, ln.rhs_scale
-    else:
-        sa = sb = lhs
-    extras = gemm.epilogue_views(cfg, ln.out, *ln.extras)
-    return [ln.out, lhs, rhs, sa, sb, *extras, *geom, float(ln.alpha), float(ln.beta)]
+    """The kernel's launch values in signature order (``kernels/args.py`` KernelArgs): the tensors (views),
+    then the runtime scalars; the same values and validation as a GPU launch (``gemm.kernel_args``)."""
+    views = (ln.out, ln.lhs, ln.rhs, ln.lhs_scale, ln.rhs_scale)
+    return list(gemm.kernel_args(ln.config, *views, ln.alpha, ln.beta, ln.extras))
 
 
 @dataclass(frozen=True)

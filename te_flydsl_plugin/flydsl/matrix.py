@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from itertools import product
 
 from ..spec import Capabilities, CapabilityRow, Format, GemmProblem, Layout, Reason, ReasonCode
-from .kernels.config import OUT_VEC
+from .kernels.config import K_MULTIPLE, MAX_DIM, MAX_LAUNCH_BYTES, OPERAND_ALIGN, OUT_VEC
 
 # ---------------------------------------------------------------- what a rule is
 
@@ -88,16 +88,10 @@ EPILOGUE_LAYOUTS: dict[str, tuple[Layout, ...]] = {
 # The TE pass each layout is (notes/te-gemm-api.md), for the epilogue rule's words.
 PASS_OF = {Layout.TN: "fprop", Layout.NN: "dgrad", Layout.NT: "wgrad"}
 
-# K must be a multiple of this: 16-byte vectors along K, and one E8M0 scale per 32 elements for MX.
-K_MULTIPLE = {Format.FP32: 4, Format.FP16: 8, Format.BF16: 8, Format.FP8_E4M3: 16, Format.FP8_E5M2: 16}
+# K must be a multiple of K_MULTIPLE (16-byte vectors along K) and, for MX, of one E8M0 scale block.
 MX_K_MULTIPLE = 32
 # An MXFP8 copy read along M or N (columnwise storage) moves 16-byte vectors of 1-byte elements.
 MX_MN_VECTOR = 16
-# Every operand storage must start on this many bytes: the kernels' direct global->LDS loads move 16
-# bytes per lane (kernels/gemm.py DMA_BYTES; launch_geometry refuses other starts).
-OPERAND_ALIGN = 16
-MAX_LAUNCH_BYTES = 2**31 - 1
-MAX_DIM = 2**31 - 1
 
 # Which storage each TE layout reads of TE's A and B: True the rowwise one (the data, K-major for A in TN
 # and B in TN/NN), False the other (an FP8 operand's stored transpose, which is K-major; an MXFP8

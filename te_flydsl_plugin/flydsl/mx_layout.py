@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import torch
 
+from .kernels.config import MAX_LAUNCH_BYTES
+
 BLOCK = 32  # elements per E8M0 scale (OCP MX)
 MFMA_ROWS = 16  # operand rows per 16x16x128 MFMA
 MFMA_K = 128  # K elements per MFMA step = 4 scale blocks
@@ -49,7 +51,7 @@ def unsupported_reason(rows: int, k: int) -> str | None:
         return f"negative extent rows={rows}, k={k}"
     if k % BLOCK:
         return f"MXFP8 needs K a multiple of {BLOCK}, got K={k}"
-    if packed_bytes(rows, k) > 2**31 - 1:
+    if packed_bytes(rows, k) > MAX_LAUNCH_BYTES:
         return f"packed scales of {packed_bytes(rows, k)} bytes exceed the 32-bit buffer offset range"
     return None
 

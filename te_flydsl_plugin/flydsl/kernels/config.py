@@ -15,12 +15,43 @@ from dataclasses import dataclass
 
 from ...spec import Format
 
+# The kernels' limits, stated once: the capability matrix (``flydsl/matrix.py``) and ``flydsl/mx_layout.py``
+# import them, and ``gemm.launch_geometry`` raises on a launch that breaks them, so the rules the matrix
+# declines by and the guards the kernel raises by cannot disagree.
+
+# Bytes one lane moves per direct global->LDS transfer (``buffer_load ... lds``, 16 bytes on gfx950): every
+# operand's contiguous dim, leading stride and start must be whole 16-byte vectors (matrix.OPERAND_ALIGN).
+DMA_BYTES = 16
+OPERAND_ALIGN = DMA_BYTES
 # Output columns per accumulator block, stored as one vector (gemm.store_tile): N, a given D's leading
 # stride and start must be multiples of it (the matrix declines the rest).
 OUT_VEC = 4
-# A raw buffer byte offset past any buffer a launch addresses (the plan keeps spans below 2**31 - 1):
-# a buffer load from it returns 0 and touches no memory, a store is dropped (buffer range checking).
-OOB_OFFSET = 0x7FFFFFFF
+# The kernels' runtime scalars (M, N, K, leading strides) and buffer offsets are signed 32-bit values.
+INT32_MAX = 2**31 - 1
+MAX_DIM = INT32_MAX
+# The most bytes one buffer of a launch may span: its offsets must stay valid int32 values (the plan
+# splits larger operands into pieces with 64-bit bases; launch_geometry refuses a longer span).
+MAX_LAUNCH_BYTES = INT32_MAX
+# A raw (unscaled) buffer byte offset past any buffer a launch addresses (spans are at most
+# MAX_LAUNCH_BYTES): a buffer load from it returns 0 and touches no memory, a store is dropped (buffer
+# range checking).
+OOB_OFFSET = MAX_LAUNCH_BYTES
+# The same for offsets given in elements (the GEMM's DMA and epilogue addresses), which FlyDSL's buffer
+# copies scale to bytes by the element size in 32 bits: ``-(OOB_BYTES // itemsize)`` elements is byte
+# offset 2**31 (mod 2**32) for every power-of-two item size, an int32 even for 1-byte elements (the
+# positive 2**31 is none), one past OOB_OFFSET and so past every buffer as well.
+OOB_BYTES = OOB_OFFSET + 1
+
+
+def vector_elems(fmt: Format) -> int:
+    """Elements of ``fmt`` per 16-byte DMA vector: an operand's contiguous dim, leading stride and start
+    are multiples of it (``gemm.launch_geometry``), so it is also a per-tensor format's K multiple."""
+    return DMA_BYTES // fmt.itemsize
+
+
+# K must be a multiple of this for the per-tensor formats (the matrix's rows): K-major operands load
+# whole 16-byte vectors along K. (MXFP8's K multiple is its scale block, matrix.MX_K_MULTIPLE.)
+K_MULTIPLE = {f: vector_elems(f) for f in (Format.FP32, Format.FP16, Format.BF16, Format.FP8_E4M3, Format.FP8_E5M2)}
 
 
 @dataclass(frozen=True)

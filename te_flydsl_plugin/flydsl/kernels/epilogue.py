@@ -33,8 +33,8 @@ from flydsl._mlir.dialects import rocdl
 from flydsl.expr import const_expr, range_constexpr
 
 from . import mfma
+from .config import OOB_BYTES
 
-OOB_BYTES = 1 << 31  # a byte offset no piece's buffer reaches (the plan keeps spans < 2**31 - 1)
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _GELU_C = 0.044715
 _LOG2E = 1.0 / math.log(2.0)

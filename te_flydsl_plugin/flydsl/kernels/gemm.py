@@ -35,7 +35,9 @@ Design (docs/kernels.md has the reasons at length):
 """
 
 import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import flydsl.compiler as flyc
 import flydsl.expr as fx
@@ -43,10 +45,10 @@ from flydsl.expr import const_expr, range_constexpr, rocdl
 
 from ...spec import Format
 from . import epilogue, mfma, mx, rowsum
-from .config import OUT_VEC, KernelConfig
+from .args import TENSORS, KernelArgs, LaunchShape, check_signature
+from .config import DMA_BYTES, MAX_LAUNCH_BYTES, OOB_BYTES, OUT_VEC, KernelConfig, vector_elems
 
 WAVE_SIZE = 64
-DMA_BYTES = 16  # one direct global->LDS transfer per lane
 NUM_XCDS = 8
 GROUP_M = 8
 # B repetitions of a tile's last chunk that carry the hand-over to the next tile (gemm_kernel) with two K
@@ -289,6 +291,345 @@ def _tile_coords(num_m: fx.Int32, num_n: fx.Int32, pid: fx.Int32) -> tuple[fx.In
     return first_m + within % group_rows, within // group_rows
 
 
+class _Workgroup(NamedTuple):
+    """Stage 1, where one workgroup works: its thread, its output tile (``_tile_coords``), the tile's first
+    row and column, and the K tiles the loop runs."""
+
+    tid: fx.Int32
+    bm: fx.Int32
+    bn: fx.Int32
+    row0: fx.Int32
+    col0: fx.Int32
+    k_tiles: fx.Int32
+
+
+def _workgroup(p: GemmParams, m: fx.Int32, n: fx.Int32, k: fx.Int32) -> _Workgroup:
+    tid = fx.thread_idx.x
+    num_m = (m + p.tile_m - 1) // p.tile_m
+    num_n = (n + p.tile_n - 1) // p.tile_n
+    bm, bn = _tile_coords(num_m, num_n, fx.block_idx.x)
+    return _Workgroup(tid, bm, bn, bm * p.tile_m, bn * p.tile_n, (k + p.tile_k - 1) // p.tile_k)
+
+
+class _Lds:
+    """Stage 2, the LDS ping-pong: two stages, each one ``[tile, tile_k]`` slice of both operands, laid out
+    by :func:`_lds_layout` (``a`` is lhs, ``b`` rhs)."""
+
+    def __init__(self, p: GemmParams, elem_a: type, elem_b: type) -> None:
+        @fx.struct
+        class Stages:
+            a: fx.Array[elem_a, 2 * p.tile_m * p.tile_k, 16]
+            b: fx.Array[elem_b, 2 * p.tile_n * p.tile_k, 16]
+
+        lds = fx.SharedAllocator().allocate(Stages)
+        self.a = lds.a.peek().ptr
+        self.b = lds.b.peek().ptr
+        self.a_size = p.tile_m * p.tile_k  # elements per stage
+        self.b_size = p.tile_n * p.tile_k
+        self.a_layout = _lds_layout(p.tile_m, p.tile_k, DMA_BYTES // p.elem_bytes, p.lhs_k_major)
+        self.b_layout = _lds_layout(p.tile_n, p.tile_k, DMA_BYTES // p.elem_bytes, p.rhs_k_major)
+
+    def a_stage(self, stage: fx.Int32 | int) -> fx.Pointer:
+        return self.a + stage * self.a_size
+
+    def b_stage(self, stage: fx.Int32 | int) -> fx.Pointer:
+        return self.b + stage * self.b_size
+
+
+class _Fill:
+    """Stage 3, the direct global->LDS DMA of both operands: what each lane loads is planned once, before
+    the K loop (:meth:`_plan`); :meth:`stage` gives the issuers of one K tile's transfers."""
+
+    def __init__(
+        self,
+        p: GemmParams,
+        wg: _Workgroup,
+        lds: _Lds,
+        a_buf: fx.Tensor,  # lhs and rhs as buffer tensors (fx.rocdl.make_buffer_tensor)
+        b_buf: fx.Tensor,
+        m: fx.Int32,
+        n: fx.Int32,
+        k: fx.Int32,
+        ld_lhs: fx.Int32,
+        ld_rhs: fx.Int32,
+    ) -> None:
+        self.p = p
+        self.lds = lds
+        self.k = k
+        self.vec = DMA_BYTES // p.elem_bytes
+        self.oob = -(OOB_BYTES // p.elem_bytes)  # wraps to byte offset 2**31 once scaled (config.OOB_BYTES)
+        self.dma = fx.make_copy_atom(fx.rocdl.cdna4.BufferLoadAsyncLDS128b(), 128)
+        # The wave's LDS destination is uniform: lane l lands at base + 16 * l.
+        tid = wg.tid
+        self.wave_base = rocdl.readfirstlane(fx.Int32.ir_type, fx.Int32(tid // WAVE_SIZE * WAVE_SIZE * self.vec))
+        loads_a = p.tile_m * p.tile_k // self.vec // p.threads
+        loads_b = p.tile_n * p.tile_k // self.vec // p.threads
+        self.a = self._plan(a_buf, lds.a_layout, p.tile_m, m, wg.row0, ld_lhs, p.lhs_k_major, loads_a, tid)
+        self.b = self._plan(b_buf, lds.b_layout, p.tile_n, n, wg.col0, ld_rhs, p.rhs_k_major, loads_b, tid)
+
+    def _plan(
+        self,
+        src: fx.Tensor,
+        layout: fx.Layout,
+        rows_tile: int,
+        rows: fx.Int32,
+        first_row: fx.Int32,
+        ld: fx.Int32,
+        k_major: bool,
+        loads: int,
+        tid: fx.Int32,
+    ) -> tuple:
+        """What one operand's DMA fill needs beyond the K tile, computed once, before the K loop.
+
+        Load ``i`` of this lane lands on LDS element ``pos`` (the wave's 1 KiB at a uniform base:
+        ``wave_base + i * threads * vec``) and holds logical ``(row r, K column c)`` of the tile. LDS K
+        column ``c`` of a tile holds global K ``k0 + c``, except for MXFP8, where it holds the K that the
+        block-scaled MFMA expects in that register (``mx.k_of_lds_column``): the fragment reads stay 32
+        consecutive bytes and the permutation costs nothing in the K loop (``c`` does not depend on the
+        tile). Everything but the K tile's own term is tile-invariant: the element offset of ``(r, c)``
+        at ``k0 = 0`` (a row past the operand's rows already the out-of-bounds offset) stays in a VGPR,
+        the tile's ``k0`` goes into the load's scalar offset (``soffset``), and per tile only the K tail
+        is masked: ``c < k - k0``.
+        """
+        p, vec, tile_k = self.p, self.vec, self.p.tile_k
+        plan = []
+        # K-major: a round of loads covers whole swizzle periods of rows, so every load of a lane holds
+        # the same K column (checked in ``geometry``) and the loads share one K-tail compare per tile.
+        period = _K_MAJOR_SWIZZLE_ROWS
+        c_lane = fx.get_scalar(fx.crd2idx(((tid * vec // tile_k) % period, tid * vec % tile_k), layout)) % tile_k
+        for i in range_constexpr(loads):
+            pos = (i * p.threads + tid) * vec  # LDS element this lane's 16 bytes land on
+            if const_expr(k_major):
+                # The swizzle permutes chunks within a row and is its own inverse: the logical K
+                # column stored at ``pos`` is where ``(r, pos % tile_k)`` maps to.
+                r = pos // tile_k
+                c = c_lane
+            else:
+                c = _kouter_k_of_lds_row(pos // rows_tile, p.elem_bytes)
+                r = fx.get_scalar(fx.crd2idx((pos % rows_tile, c), layout)) % rows_tile
+            g_row = first_row + r
+            g_k = mx.k_of_lds_column(c) if const_expr(p.mx) else c
+            offset = g_row * ld + g_k if const_expr(k_major) else g_k * ld + g_row
+            plan.append(((g_row < rows).select(offset, self.oob), g_row, g_k))
+        return src, plan, rows, ld, k_major
+
+    def _issuers(self, lds_stage: fx.Pointer, plan: tuple, k_tile: fx.Int32 | int) -> list[Callable[[], None]]:
+        """Issuers of one operand's DMA transfers of K tile ``k_tile`` into ``lds_stage`` (:meth:`_plan`)."""
+        src, loads, rows, ld, k_major = plan
+        k0 = k_tile * self.p.tile_k
+        return [
+            functools.partial(self._issue, lds_stage, k0, src, rows, ld, k_major, i, *load)
+            for i, load in enumerate(loads)
+        ]
+
+    def _issue(self, lds_stage, k0, src, rows, ld, k_major: bool, i: int, base, g_row, g_k) -> None:
+        """One lane's transfer ``i`` of a K tile starting at global K ``k0`` (``base``, ``g_row``, ``g_k``:
+        its entry of :meth:`_plan`)."""
+        p, k = self.p, self.k
+        if const_expr(p.pinned):
+            # Only the K tail is per tile; the tile's offset goes into the scalar offset, in elements
+            # like the VGPR one (FlyDSL scales both).
+            offset = (g_k < k - k0).select(base, self.oob)
+            atom = fx.atom_set_value(self.dma, "soffset", k0 * (1 if const_expr(k_major) else ld))
+        else:
+            # LLVM's own MFMAs (fp32) keep their accumulators in place only with the whole offset in
+            # the VGPR, computed per tile (the scalar form moved 22 of fp32 NT's between registers).
+            g_k = k0 + g_k
+            offset = g_row * ld + g_k if const_expr(k_major) else g_k * ld + g_row
+            offset = ((g_row < rows) & (g_k < k)).select(offset, self.oob)
+            atom = self.dma
+        src_v = fx.make_view(fx.get_iter(src) + offset, fx.make_layout(1, 1))
+        dst_v = fx.make_view(lds_stage + (self.wave_base + i * p.threads * self.vec), fx.make_layout(1, 1))
+        fx.copy_atom_call(atom, src_v, dst_v)
+
+    def stage(self, stage: fx.Int32 | int, k_tile: fx.Int32 | int) -> list[Callable[[], None]]:
+        """Issuers of both operands' DMA transfers of K tile ``k_tile`` into LDS stage ``stage``."""
+        return self._issuers(self.lds.a_stage(stage), self.a, k_tile) + self._issuers(
+            self.lds.b_stage(stage), self.b, k_tile
+        )
+
+    def issue(self, stage: int, k_tile: int) -> None:
+        """Issue K tile ``k_tile``'s transfers into LDS stage ``stage`` now."""
+        for issue in self.stage(stage, k_tile):
+            issue()
+
+
+def _sync(own_reads: bool = False) -> None:
+    """Publish the DMA'd tile to every wave, and prove every wave has finished reading the stage the next
+    fill overwrites. ``own_reads``: this wave may still have fragment reads in flight (the hand-over,
+    :class:`_Mma`), so it waits for them first: the barrier does not."""
+    if const_expr(own_reads):
+        rocdl.s_waitcnt(vmcnt=0, lgkmcnt=0)
+    else:
+        rocdl.s_waitcnt(vmcnt=0)
+    rocdl.s_barrier()
+
+
+class _Mma:
+    """Stage 4, the tile's MFMAs: the accumulators (zeroed once, in place for the whole K loop), the
+    fragments read from LDS, and :meth:`multiply`, one K tile.
+
+    The MMA computes the tile transposed: its A operand is rhs (output columns), its B operand lhs
+    (output rows), so each lane's 4 accumulators of one MFMA are 4 adjacent output columns.
+
+    The hand-over (``handover``) inside the loop: during tile t's last B repetitions (HANDOVER_REPS), the
+    sync (tile t + 1 has landed, every wave is done reading tile t), at once the DMA of tile t + 2 into tile
+    t's stage, and with two K chunks (bf16 / fp16) tile t + 1's chunk-0 reads (the last repetitions read
+    chunk 1's fragments). So the memory stream never waits for a tile's MFMAs (each transfer has a whole
+    tile to land: the fabric-bound timing model's figure, docs/perf-model.md), and the next tile's MFMAs
+    start at once. Not with bgrad, whose row sums read the tile after its MFMAs, nor MXFP8, whose scale
+    words, loaded after the MFMAs, would then wait for the DMA issued just before them.
+    """
+
+    def __init__(
+        self,
+        p: GemmParams,
+        tiled_mma: fx.TiledMma,
+        tid: fx.Int32,
+        lds: _Lds,
+        o_buf: fx.Tensor,
+        elem_a: type,
+        elem_b: type,
+    ) -> None:
+        self.p = p
+        self.lds = lds
+        self.tiled_mma = tiled_mma
+        self.k_chunks = p.tile_k // p.mma_k
+        self.handover = p.pinned and not p.epi_rowsum and not p.mx
+        self.thr_mma = tiled_mma.thr_slice(tid)
+        self.s2r_rhs = _s2r_atom(p, elem_b, p.rhs_k_major)
+        self.s2r_lhs = _s2r_atom(p, elem_a, p.lhs_k_major)
+        self.thr_copy_rhs = fx.make_tiled_copy_A(self.s2r_rhs, tiled_mma).get_slice(tid)
+        self.thr_copy_lhs = fx.make_tiled_copy_B(self.s2r_lhs, tiled_mma).get_slice(tid)
+        self.frag_rhs = self.thr_mma.make_fragment_A(fx.make_view(lds.b, lds.b_layout))
+        self.frag_lhs = self.thr_mma.make_fragment_B(fx.make_view(lds.a, lds.a_layout))
+        out_tile = fx.make_view(fx.get_iter(o_buf), fx.make_layout((p.tile_n, p.tile_m), (1, p.tile_n)))
+        self.acc = self.thr_mma.make_fragment_C(out_tile)
+        self.acc.fill(0.0)
+        if const_expr(p.pinned):
+            # The zeros are VALU writes the first MFMAs read: the wait states between them (kernels/mfma.py).
+            mfma.fence_accumulators(self.acc, mfma.OPERAND_WAIT_STATES)
+        self.frag_rhs_copy = self.thr_copy_rhs.retile(self.frag_rhs)
+        self.frag_lhs_copy = self.thr_copy_lhs.retile(self.frag_lhs)
+        # Only the transposing 8-bit reads' fragments pass through VALU (v_perm_b32) on their way to the MFMA.
+        self.fenced = tuple(p.elem_bytes == 1 and not km for km in (p.rhs_k_major, p.lhs_k_major))
+
+    def _sources(self, stage: fx.Int32 | int) -> tuple:
+        """This thread's (rhs, lhs) fragment sources in LDS stage ``stage``."""
+        lds = self.lds
+        src_rhs = self.thr_copy_rhs.partition_S(fx.make_view(lds.b_stage(stage), lds.b_layout))
+        src_lhs = self.thr_copy_lhs.partition_S(fx.make_view(lds.a_stage(stage), lds.a_layout))
+        return src_rhs, src_lhs
+
+    def reads(self, stage: fx.Int32 | int, kc: int) -> tuple[list, list]:
+        """Issuers of chunk ``kc``'s fragment reads from LDS stage ``stage``, one per repetition:
+        (MMA A = rhs, MMA B = lhs)."""
+        src_rhs, src_lhs = self._sources(stage)
+        return tuple(
+            [functools.partial(fx.copy, s2r, src[None, r, kc], dst[None, r, kc]) for r in range(reps)]
+            for s2r, src, dst, reps in (
+                (self.s2r_rhs, src_rhs, self.frag_rhs_copy, fx.size(self.frag_rhs.shape[1]).get_static_leaf_int),
+                (self.s2r_lhs, src_lhs, self.frag_lhs_copy, fx.size(self.frag_lhs.shape[1]).get_static_leaf_int),
+            )
+        )
+
+    def issue_reads(self, stage: int, kc: int) -> None:
+        """Issue chunk ``kc``'s fragment reads from LDS stage ``stage`` now (both operands)."""
+        for issue in [issue for side in self.reads(stage, kc) for issue in side]:
+            issue()
+
+    def multiply(
+        self, stage: fx.Int32, words: tuple | None = None, fills: Sequence[Callable[[], None]] = (), next_stage=None
+    ) -> None:
+        """One K tile from LDS stage ``stage``. Without ``handover``, ``fills`` (the DMA issuers of the next
+        tile) go out first, before the tile's fragment reads; with it, they are tile t + 2's, issued with
+        the hand-over of ``next_stage`` (None for the last tile), and with two K chunks chunk 0's
+        fragments are already read. MXFP8 passes its (rhs, lhs) scale ``words`` (byte 0)."""
+        p, k_chunks = self.p, self.k_chunks
+        if const_expr(not p.pinned):
+            # LLVM's own MFMA selection (fp32: KernelConfig.agpr_accumulators): its scheduler
+            # interleaves the reads and the DMA with the MFMAs itself.
+            for issue in fills:
+                issue()
+            src_rhs, src_lhs = self._sources(stage)
+            for kc in range_constexpr(k_chunks):
+                fx.copy(self.s2r_lhs, src_lhs[None, None, kc], self.frag_lhs_copy[None, None, kc])
+                fx.copy(self.s2r_rhs, src_rhs[None, None, kc], self.frag_rhs_copy[None, None, kc])
+                a, b = self.frag_rhs[None, None, kc], self.frag_lhs[None, None, kc]
+                fx.gemm(self.tiled_mma, self.acc, a, b, self.acc)
+            return
+
+        # The MFMAs run B-repetition by B-repetition (kernels/mfma.py), and what they read is issued
+        # among them: with several K chunks, chunk kc + 1's fragments during chunk kc; with one, each B
+        # fragment during the MFMAs of the one before it (so only A's and two of B's are live).
+        a_reads, b_reads = self.reads(stage, 0)
+        hand_over = []
+        if const_expr(not self.handover):
+            for issue in fills:
+                issue()
+        elif const_expr(next_stage is not None):
+            hand_over = [functools.partial(_sync, True), *fills]
+            if const_expr(k_chunks > 1):
+                hand_over += [issue for side in self.reads(next_stage, 0) for issue in side]
+        if const_expr(not self.handover or k_chunks == 1):
+            for issue in a_reads + b_reads if k_chunks > 1 else a_reads + b_reads[:1]:
+                issue()
+        b_reps = fx.size(self.frag_lhs.shape[1]).get_static_leaf_int
+        a_reps = fx.size(self.frag_rhs.shape[1]).get_static_leaf_int
+        for kc in range_constexpr(k_chunks):
+            later = [issue for side in self.reads(stage, kc + 1) for issue in side] if kc + 1 < k_chunks else []
+            upcoming = [(0, b_reads[1:] if k_chunks == 1 else later)]
+            if const_expr(kc == k_chunks - 1):
+                # With one K chunk the tile's own B reads run to the start of the last repetition: the
+                # hand-over, which lets the next DMA overwrite this stage, waits for that one.
+                reps = HANDOVER_REPS if k_chunks > 1 else 1
+                upcoming.append(((b_reps - reps) * a_reps, hand_over))
+            mfma.gemm(
+                self.acc,
+                self.frag_rhs[None, None, kc],
+                self.frag_lhs[None, None, kc],
+                p.rhs_elem,
+                p.lhs_elem,
+                p.mx,
+                words,
+                upcoming,
+                self.fenced,
+            )
+
+    def scale_words(
+        self, lhs_scale: fx.Tensor, rhs_scale: fx.Tensor, wg: _Workgroup, m: fx.Int32, n: fx.Int32
+    ) -> tuple[mx.ScaleWords, mx.ScaleWords]:
+        """MXFP8's (rhs, lhs) scale words (kernels/mx.py), in MMA operand order (A = rhs, B = lhs): the
+        rows each of this lane's repetitions scales."""
+        p = self.p
+        rhs_reps = p.tile_n // (p.n_waves * 16)
+        lhs_reps = p.tile_m // (p.m_waves * 16)
+        rows_rhs = self.thr_mma.partition_A(fx.make_view(0, fx.make_layout((p.tile_n, p.tile_k), (1, 0))))
+        rows_lhs = self.thr_mma.partition_B(fx.make_view(0, fx.make_layout((p.tile_m, p.tile_k), (1, 0))))
+        sw_rhs = mx.ScaleWords(rhs_scale, wg.col0, n, mx.rep_row_tiles(rows_rhs, rhs_reps))
+        sw_lhs = mx.ScaleWords(lhs_scale, wg.row0, m, mx.rep_row_tiles(rows_lhs, lhs_reps))
+        return sw_rhs, sw_lhs
+
+
+def _output_scale(p: GemmParams, alpha: fx.Float32, lhs_scale: fx.Tensor, rhs_scale: fx.Tensor) -> fx.Float32:
+    """Stage 6, the accumulators' factor: alpha, times both per-tensor scale_inv for FP8 (MXFP8's block
+    scales were applied by the MFMAs)."""
+    if const_expr(p.scaled and not p.mx):
+        sa = fx.rocdl.make_buffer_tensor(lhs_scale, max_size=False)
+        sb = fx.rocdl.make_buffer_tensor(rhs_scale, max_size=False)
+        return alpha * sa[0] * sb[0]
+    return alpha
+
+
+def _epilogue_buffers(p: GemmParams, bias: fx.Tensor, aux: fx.Tensor, partials: fx.Tensor) -> tuple:
+    """The epilogue's (bias, aux, partials) buffers, None where the config's epilogue reads none (bgrad's
+    partials were written where the K loop ends: rowsum.store)."""
+    return tuple(
+        fx.rocdl.make_buffer_tensor(t, max_size=False) if used else None
+        for t, used in ((bias, p.epi_bias), (aux, p.epi_gelu or p.epi_dgelu), (partials, p.epi_colsum))
+    )
+
+
 @flyc.kernel
 def gemm_kernel(
     out: fx.Tensor,
@@ -309,238 +650,38 @@ def gemm_kernel(
     beta: fx.Float32,
     p: GemmParams,
 ):
+    """One workgroup's output tile, in stages: where it works (:func:`_workgroup`), the LDS stages
+    (:class:`_Lds`), the DMA fills (:class:`_Fill`), the MFMAs (:class:`_Mma`), the K loop (here: its
+    runtime loop and branches must be in the kernel's own body, which FlyDSL rewrites into ``scf``
+    control flow; inside them only plain names are called, so no stage object becomes loop state), and
+    the epilogue (:func:`_output_scale`, ``epilogue.store_tile``). Each stage emits its instructions in
+    the order the one-function kernel did, so the code object is the same bit for bit."""
     elem_a = getattr(fx, p.lhs_elem)
     elem_b = getattr(fx, p.rhs_elem)
-    tile_m = p.tile_m
-    tile_n = p.tile_n
-    tile_k = p.tile_k
-    threads = p.threads
-    vec = DMA_BYTES // p.elem_bytes
-    k_chunks = tile_k // p.mma_k
-    oob_in = -(epilogue.OOB_BYTES // p.elem_bytes)  # wraps to byte offset 2**31 once scaled
-
     # Built here, not passed in: a TiledMma argument would carry the MFMA's state as kernel arguments.
     tiled_mma = make_tiled_mma(p)
-    tid = fx.thread_idx.x
-    num_m = (m + tile_m - 1) // tile_m
-    num_n = (n + tile_n - 1) // tile_n
-    bm, bn = _tile_coords(num_m, num_n, fx.block_idx.x)
-    row0 = bm * tile_m
-    col0 = bn * tile_n
-    k_tiles = (k + tile_k - 1) // tile_k
-
-    @fx.struct
-    class Stages:
-        a: fx.Array[elem_a, 2 * tile_m * tile_k, 16]
-        b: fx.Array[elem_b, 2 * tile_n * tile_k, 16]
-
-    lds = fx.SharedAllocator().allocate(Stages)
-    lds_a = lds.a.peek().ptr
-    lds_b = lds.b.peek().ptr
-
+    wg = _workgroup(p, m, n, k)
+    tid, bm, bn, row0, col0, k_tiles = wg
+    lds = _Lds(p, elem_a, elem_b)
     a_buf = fx.rocdl.make_buffer_tensor(lhs, max_size=False)
     b_buf = fx.rocdl.make_buffer_tensor(rhs, max_size=False)
     o_buf = fx.rocdl.make_buffer_tensor(out, max_size=False)
-
-    a_layout = _lds_layout(tile_m, tile_k, vec, p.lhs_k_major)
-    b_layout = _lds_layout(tile_n, tile_k, vec, p.rhs_k_major)
-
-    dma = fx.make_copy_atom(fx.rocdl.cdna4.BufferLoadAsyncLDS128b(), 128)
-    # The wave's LDS destination is uniform: lane l lands at base + 16 * l.
-    wave_base = rocdl.readfirstlane(fx.Int32.ir_type, fx.Int32(tid // WAVE_SIZE * WAVE_SIZE * vec))
-
-    def fill_plan(src, layout, rows_tile, rows, first_row, ld, k_major, loads):
-        """What one operand's DMA fill needs beyond the K tile, computed once, before the K loop.
-
-        Load ``i`` of this lane lands on LDS element ``pos`` (the wave's 1 KiB at a uniform base:
-        ``wave_base + i * threads * vec``) and holds logical ``(row r, K column c)`` of the tile. LDS K
-        column ``c`` of a tile holds global K ``k0 + c``, except for MXFP8, where it holds the K that the
-        block-scaled MFMA expects in that register (``mx.k_of_lds_column``): the fragment reads stay 32
-        consecutive bytes and the permutation costs nothing in the K loop (``c`` does not depend on the
-        tile). Everything but the K tile's own term is tile-invariant: the element offset of ``(r, c)``
-        at ``k0 = 0`` (a row past the operand's rows already the out-of-bounds offset) stays in a VGPR,
-        the tile's ``k0`` goes into the load's scalar offset (``soffset``), and per tile only the K tail
-        is masked: ``c < k - k0``.
-        """
-        plan = []
-        # K-major: a round of loads covers whole swizzle periods of rows, so every load of a lane holds
-        # the same K column (checked in ``geometry``) and the loads share one K-tail compare per tile.
-        period = _K_MAJOR_SWIZZLE_ROWS
-        c_lane = fx.get_scalar(fx.crd2idx(((tid * vec // tile_k) % period, tid * vec % tile_k), layout)) % tile_k
-        for i in range_constexpr(loads):
-            pos = (i * threads + tid) * vec  # LDS element this lane's 16 bytes land on
-            if const_expr(k_major):
-                # The swizzle permutes chunks within a row and is its own inverse: the logical K
-                # column stored at ``pos`` is where ``(r, pos % tile_k)`` maps to.
-                r = pos // tile_k
-                c = c_lane
-            else:
-                c = _kouter_k_of_lds_row(pos // rows_tile, p.elem_bytes)
-                r = fx.get_scalar(fx.crd2idx((pos % rows_tile, c), layout)) % rows_tile
-            g_row = first_row + r
-            g_k = mx.k_of_lds_column(c) if const_expr(p.mx) else c
-            offset = g_row * ld + g_k if const_expr(k_major) else g_k * ld + g_row
-            plan.append(((g_row < rows).select(offset, oob_in), g_row, g_k))
-        return src, plan, rows, ld, k_major
-
-    def fill_issuers(lds_stage, plan, k_tile):
-        """Issuers of one operand's DMA transfers of K tile ``k_tile`` into ``lds_stage`` (``fill_plan``)."""
-        src, loads, rows, ld, k_major = plan
-        k0 = k_tile * tile_k
-
-        def issue(i, base, g_row, g_k):
-            if const_expr(p.pinned):
-                # Only the K tail is per tile; the tile's offset goes into the scalar offset, in elements
-                # like the VGPR one (FlyDSL scales both).
-                offset = (g_k < k - k0).select(base, oob_in)
-                atom = fx.atom_set_value(dma, "soffset", k0 * (1 if const_expr(k_major) else ld))
-            else:
-                # LLVM's own MFMAs (fp32) keep their accumulators in place only with the whole offset in
-                # the VGPR, computed per tile (the scalar form moved 22 of fp32 NT's between registers).
-                g_k = k0 + g_k
-                offset = g_row * ld + g_k if const_expr(k_major) else g_k * ld + g_row
-                offset = ((g_row < rows) & (g_k < k)).select(offset, oob_in)
-                atom = dma
-            src_v = fx.make_view(fx.get_iter(src) + offset, fx.make_layout(1, 1))
-            dst_v = fx.make_view(lds_stage + (wave_base + i * threads * vec), fx.make_layout(1, 1))
-            fx.copy_atom_call(atom, src_v, dst_v)
-
-        return [functools.partial(issue, i, *load) for i, load in enumerate(loads)]
-
-    plan_a = fill_plan(a_buf, a_layout, tile_m, m, row0, ld_lhs, p.lhs_k_major, tile_m * tile_k // vec // threads)
-    plan_b = fill_plan(b_buf, b_layout, tile_n, n, col0, ld_rhs, p.rhs_k_major, tile_n * tile_k // vec // threads)
-
-    def fill_stage(stage, k_tile):
-        """Issuers of both operands' DMA transfers of K tile ``k_tile`` into LDS stage ``stage``."""
-        return fill_issuers(lds_a + stage * (tile_m * tile_k), plan_a, k_tile) + fill_issuers(
-            lds_b + stage * (tile_n * tile_k), plan_b, k_tile
-        )
-
-    # The MMA computes the tile transposed: its A operand is rhs (output columns), its B operand lhs
-    # (output rows), so each lane's 4 accumulators of one MFMA are 4 adjacent output columns.
-    thr_mma = tiled_mma.thr_slice(tid)
-    s2r_rhs = _s2r_atom(p, elem_b, p.rhs_k_major)
-    s2r_lhs = _s2r_atom(p, elem_a, p.lhs_k_major)
-    thr_copy_rhs = fx.make_tiled_copy_A(s2r_rhs, tiled_mma).get_slice(tid)
-    thr_copy_lhs = fx.make_tiled_copy_B(s2r_lhs, tiled_mma).get_slice(tid)
-
-    frag_rhs = thr_mma.make_fragment_A(fx.make_view(lds_b, b_layout))
-    frag_lhs = thr_mma.make_fragment_B(fx.make_view(lds_a, a_layout))
-    acc = thr_mma.make_fragment_C(fx.make_view(fx.get_iter(o_buf), fx.make_layout((tile_n, tile_m), (1, tile_n))))
-    acc.fill(0.0)
-    if const_expr(p.pinned):
-        # The zeros are VALU writes the first MFMAs read: the wait states between them (kernels/mfma.py).
-        mfma.fence_accumulators(acc, mfma.OPERAND_WAIT_STATES)
-    frag_rhs_copy = thr_copy_rhs.retile(frag_rhs)
-    frag_lhs_copy = thr_copy_lhs.retile(frag_lhs)
-    # Only the transposing 8-bit reads' fragments pass through VALU (v_perm_b32) on their way to the MFMA.
-    fenced = tuple(p.elem_bytes == 1 and not km for km in (p.rhs_k_major, p.lhs_k_major))
-
-    def reads(stage, kc):
-        """Issuers of chunk ``kc``'s fragment reads from LDS stage ``stage``, one per repetition:
-        (MMA A = rhs, MMA B = lhs)."""
-        src_rhs = thr_copy_rhs.partition_S(fx.make_view(lds_b + stage * (tile_n * tile_k), b_layout))
-        src_lhs = thr_copy_lhs.partition_S(fx.make_view(lds_a + stage * (tile_m * tile_k), a_layout))
-        return tuple(
-            [functools.partial(fx.copy, s2r, src[None, r, kc], dst[None, r, kc]) for r in range(reps)]
-            for s2r, src, dst, reps in (
-                (s2r_rhs, src_rhs, frag_rhs_copy, fx.size(frag_rhs.shape[1]).get_static_leaf_int),
-                (s2r_lhs, src_lhs, frag_lhs_copy, fx.size(frag_lhs.shape[1]).get_static_leaf_int),
-            )
-        )
-
-    def sync(own_reads=False):
-        """Publish the DMA'd tile to every wave, and prove every wave has finished reading the stage the
-        next fill overwrites. ``own_reads``: this wave may still have fragment reads in flight (the
-        hand-over below), so it waits for them first: the barrier does not."""
-        if const_expr(own_reads):
-            rocdl.s_waitcnt(vmcnt=0, lgkmcnt=0)
-        else:
-            rocdl.s_waitcnt(vmcnt=0)
-        rocdl.s_barrier()
-
-    # The hand-over inside the loop: during tile t's last B repetitions (HANDOVER_REPS), the sync (tile t + 1
-    # has landed, every wave is done reading tile t), at once the DMA of tile t + 2 into tile t's stage,
-    # and with two K chunks (bf16 / fp16) tile t + 1's chunk-0 reads (the last repetitions read chunk 1's
-    # fragments). So the memory stream never waits for a tile's MFMAs (each transfer has a whole tile to
-    # land: the fabric-bound timing model's figure, docs/perf-model.md), and the next tile's MFMAs start
-    # at once. Not with bgrad, whose row sums read the tile after its MFMAs, nor MXFP8, whose scale
-    # words, loaded after the MFMAs, would then wait for the DMA issued just before them.
-    handover = p.pinned and not p.epi_rowsum and not p.mx
-
-    def multiply(stage, words=None, fills=(), next_stage=None):
-        """One K tile from LDS stage ``stage``. Without ``handover``, ``fills`` (the DMA issuers of the next
-        tile) go out first, before the tile's fragment reads; with it, they are tile t + 2's, issued with
-        the hand-over of ``next_stage`` (None for the last tile), and with two K chunks chunk 0's
-        fragments are already read. MXFP8 passes its (rhs, lhs) scale ``words`` (byte 0)."""
-        if const_expr(not p.pinned):
-            # LLVM's own MFMA selection (fp32: KernelConfig.agpr_accumulators): its scheduler
-            # interleaves the reads and the DMA with the MFMAs itself.
-            for issue in fills:
-                issue()
-            src_rhs = thr_copy_rhs.partition_S(fx.make_view(lds_b + stage * (tile_n * tile_k), b_layout))
-            src_lhs = thr_copy_lhs.partition_S(fx.make_view(lds_a + stage * (tile_m * tile_k), a_layout))
-            for kc in range_constexpr(k_chunks):
-                fx.copy(s2r_lhs, src_lhs[None, None, kc], frag_lhs_copy[None, None, kc])
-                fx.copy(s2r_rhs, src_rhs[None, None, kc], frag_rhs_copy[None, None, kc])
-                fx.gemm(tiled_mma, acc, frag_rhs[None, None, kc], frag_lhs[None, None, kc], acc)
-            return
-
-        # The MFMAs run B-repetition by B-repetition (kernels/mfma.py), and what they read is issued
-        # among them: with several K chunks, chunk kc + 1's fragments during chunk kc; with one, each B
-        # fragment during the MFMAs of the one before it (so only A's and two of B's are live).
-        a_reads, b_reads = reads(stage, 0)
-        hand_over = []
-        if const_expr(not handover):
-            for issue in fills:
-                issue()
-        elif const_expr(next_stage is not None):
-            hand_over = [functools.partial(sync, True), *fills]
-            if const_expr(k_chunks > 1):
-                hand_over += [issue for side in reads(next_stage, 0) for issue in side]
-        if const_expr(not handover or k_chunks == 1):
-            for issue in a_reads + b_reads if k_chunks > 1 else a_reads + b_reads[:1]:
-                issue()
-        b_reps = fx.size(frag_lhs.shape[1]).get_static_leaf_int
-        a_reps = fx.size(frag_rhs.shape[1]).get_static_leaf_int
-        for kc in range_constexpr(k_chunks):
-            later = [issue for side in reads(stage, kc + 1) for issue in side] if kc + 1 < k_chunks else []
-            upcoming = [(0, b_reads[1:] if k_chunks == 1 else later)]
-            if const_expr(kc == k_chunks - 1):
-                # With one K chunk the tile's own B reads run to the start of the last repetition: the
-                # hand-over, which lets the next DMA overwrite this stage, waits for that one.
-                reps = HANDOVER_REPS if k_chunks > 1 else 1
-                upcoming.append(((b_reps - reps) * a_reps, hand_over))
-            mfma.gemm(
-                acc,
-                frag_rhs[None, None, kc],
-                frag_lhs[None, None, kc],
-                p.rhs_elem,
-                p.lhs_elem,
-                p.mx,
-                words,
-                upcoming,
-                fenced,
-            )
-
-    # Ping-pong: the barrier after the wait both publishes tile t and proves every wave has finished
-    # reading the stage that the next fill overwrites (it was read in iteration t - 1).
+    fill = _Fill(p, wg, lds, a_buf, b_buf, m, n, k, ld_lhs, ld_rhs)
+    mma = _Mma(p, tiled_mma, tid, lds, o_buf, elem_a, elem_b)
+    # Stage 5, the K loop. Ping-pong: the barrier after the wait both publishes tile t and proves every wave
+    # has finished reading the stage that the next fill overwrites (it was read in iteration t - 1).
+    # Inside the runtime loops and branches only these plain names are called: FlyDSL carries every local
+    # whose method is called there as loop state (``fill.stage(...)`` would make ``fill`` an scf iter_arg).
+    sync, fill_stage, multiply, a_stage = _sync, fill.stage, mma.multiply, lds.a_stage
     if const_expr(p.mx):
-        # Groups of four K tiles share one scale word per repetition (kernels/mx.py), in MMA operand
-        # order (A = rhs, B = lhs); a group's words are loaded after the MFMAs of the tile before it
-        # and waited for with its first tile's DMA.
-        rhs_reps = tile_n // (p.n_waves * 16)
-        lhs_reps = tile_m // (p.m_waves * 16)
-        rows_rhs = thr_mma.partition_A(fx.make_view(0, fx.make_layout((tile_n, tile_k), (1, 0))))
-        rows_lhs = thr_mma.partition_B(fx.make_view(0, fx.make_layout((tile_m, tile_k), (1, 0))))
-        sw_rhs = mx.ScaleWords(rhs_scale, col0, n, mx.rep_row_tiles(rows_rhs, rhs_reps))
-        sw_lhs = mx.ScaleWords(lhs_scale, row0, m, mx.rep_row_tiles(rows_lhs, lhs_reps))
+        # Groups of four K tiles share one scale word per repetition (kernels/mx.py); a group's words are
+        # loaded after the MFMAs of the tile before it and waited for with its first tile's DMA.
+        sw_rhs, sw_lhs = mma.scale_words(lhs_scale, rhs_scale, wg, m, n)
         steps = mx.STEPS_PER_WORD
         groups = (k_tiles + steps - 1) // steps
         # One K tile per iteration; tile t's scales are byte t % 4 of the group's words, which the
         # MFMAs read as byte 0: the words shift down one byte per tile (kernels/mx.py).
-        for issue in fill_stage(0, 0):
-            issue()
+        fill.issue(0, 0)
         words = (mx.load_words(sw_rhs, 0, groups), mx.load_words(sw_lhs, 0, groups))
         for t in range(0, k_tiles - 1, 1):
             sync()
@@ -556,46 +697,36 @@ def gemm_kernel(
     else:
         # bgrad (kernels/rowsum.py): after each tile's MFMAs the first tile column adds lhs's rows up in LDS.
         sums = rowsum.start(p)
-        for issue in fill_stage(0, 0):
-            issue()
-        if const_expr(handover):
+        fill.issue(0, 0)
+        if const_expr(mma.handover):
             # Tile 1's DMA right after tile 0's sync, and tile 0's chunk-0 reads (bf16 / fp16).
             sync()
-            for issue in fill_stage(1, 1):
-                issue()
-            if const_expr(k_chunks > 1):
-                for issue in [issue for side in reads(0, 0) for issue in side]:
-                    issue()
+            fill.issue(1, 1)
+            if const_expr(mma.k_chunks > 1):
+                mma.issue_reads(0, 0)
         for t in range(0, k_tiles - 1, 1):
-            if const_expr(handover):
+            if const_expr(mma.handover):
                 # Tile t + 2 goes into tile t's stage (past K, as in the last iteration, it loads zeros).
                 multiply(t % 2, None, fill_stage(t % 2, t + 2), (t + 1) % 2)
             else:
                 sync()
                 multiply(t % 2, None, fill_stage((t + 1) % 2, t + 1))
             if const_expr(p.epi_rowsum) and bn == 0:
-                sums = rowsum.add(p, sums, lds_a + (t % 2) * (tile_m * tile_k), a_layout, elem_a, tid)
-        if const_expr(not handover):
+                sums = rowsum.add(p, sums, a_stage(t % 2), lds.a_layout, elem_a, tid)
+        if const_expr(not mma.handover):
             sync()
         # The last tile sits in stage (k_tiles - 1) % 2; K = 0 has none, and multiplies the zeros that the
         # all-out-of-bounds fill of tile 0 left in stage 0, giving beta * out.
         last = (k_tiles < 1).select(1, k_tiles)
         multiply((last + 1) % 2)
         if const_expr(p.epi_rowsum) and bn == 0:
-            sums = rowsum.add(p, sums, lds_a + ((last + 1) % 2) * (tile_m * tile_k), a_layout, elem_a, tid)
+            sums = rowsum.add(p, sums, a_stage((last + 1) % 2), lds.a_layout, elem_a, tid)
             rowsum.store(p, sums, fx.rocdl.make_buffer_tensor(partials, max_size=False), row0, m, tid)
 
-    scale = alpha
-    if const_expr(p.scaled and not p.mx):
-        sa = fx.rocdl.make_buffer_tensor(lhs_scale, max_size=False)
-        sb = fx.rocdl.make_buffer_tensor(rhs_scale, max_size=False)
-        scale = alpha * sa[0] * sb[0]
-    # The epilogue's buffers (bgrad's partials were written where the K loop ends: rowsum.store).
-    extras = tuple(
-        fx.rocdl.make_buffer_tensor(t, max_size=False) if used else None
-        for t, used in ((bias, p.epi_bias), (aux, p.epi_gelu or p.epi_dgelu), (partials, p.epi_colsum))
-    )
-    tile = (p, acc, thr_mma, o_buf, extras, row0, col0, bm, m, n, ld_out, scale, beta)
+    # Stage 6, the epilogue.
+    scale = _output_scale(p, alpha, lhs_scale, rhs_scale)
+    extras = _epilogue_buffers(p, bias, aux, partials)
+    tile = (p, mma.acc, mma.thr_mma, o_buf, extras, row0, col0, bm, m, n, ld_out, scale, beta)
     # beta == 0 never reads D (it may hold NaN or be uninitialised): the plain store has two bodies
     # behind a uniform branch; the fused epilogues one, which drops D's loads at run time (two spill).
     if const_expr(p.epi_bias or p.epi_gelu or p.epi_dgelu):
@@ -647,31 +778,27 @@ def gemm_launch(
     stream: fx.Stream = _DEFAULT_STREAM,
 ):
     """Host side: one workgroup per output tile (:func:`grid_size`), on ``stream``."""
+    params = locals()  # the parameters by name: forwarded to the kernel in KernelArgs' order
     tiles = ((m + p.tile_m - 1) // p.tile_m) * ((n + p.tile_n - 1) // p.tile_n)
     # The code object's kernel symbol is the config name, so reports and the emulator can find it.
     gemm_kernel._known_block_size = [p.threads, 1, 1]
     gemm_kernel._func.__name__ = p.name
-    args = (out, lhs, rhs, lhs_scale, rhs_scale, bias, aux, partials, m, n, k, ld_lhs, ld_rhs, ld_out, alpha, beta, p)
-    gemm_kernel(*args).launch(grid=(tiles, 1, 1), block=(p.threads, 1, 1), stream=stream)
+    args = [params[name] for name in KernelArgs._fields]
+    gemm_kernel(*args, p).launch(grid=(tiles, 1, 1), block=(p.threads, 1, 1), stream=stream)
 
 
-_TORCH_DTYPES = {
-    Format.BF16: "bfloat16",
-    Format.FP16: "float16",
-    Format.FP32: "float32",
-    Format.FP8_E4M3: "float8_e4m3fn",
-    Format.FP8_E5M2: "float8_e5m2",
-    Format.MXFP8_E4M3: "float8_e4m3fn",
-    Format.MXFP8_E5M2: "float8_e5m2",
-}
-_INT32_MAX = 2**31 - 1
+# FlyDSL binds both signatures by name and order: they must be KernelArgs' (kernels/args.py).
+check_signature(gemm_kernel._func, fx, ("p",))
+check_signature(gemm_launch.func, fx, ("p", "stream"))
 
 
 def torch_dtype(fmt: Format) -> "torch.dtype":  # noqa: F821 - torch is imported lazily
-    """The torch dtype the kernel sees an operand or output of ``fmt`` as (FP8 payloads re-viewed)."""
-    import torch
+    """The torch dtype the kernel sees an operand or output of ``fmt`` as (FP8 payloads re-viewed): the
+    host's map for fp32 / fp16 / bf16 (host/views.py), operands.py's for the FP8 and MXFP8 payloads."""
+    from ...host.views import torch_dtype_of
+    from ...operands import FP8_TORCH_DTYPES
 
-    return getattr(torch, _TORCH_DTYPES[fmt])
+    return torch_dtype_of(fmt) or FP8_TORCH_DTYPES[fmt]
 
 
 def launch_geometry(
@@ -679,14 +806,16 @@ def launch_geometry(
     out: "torch.Tensor",  # noqa: F821 - torch is imported lazily
     lhs: "torch.Tensor",  # noqa: F821
     rhs: "torch.Tensor",  # noqa: F821
-) -> tuple[int, int, int, int, int, int]:
-    """``(M, N, K, ld_lhs, ld_rhs, ld_out)`` of one launch; ValueError for views the kernel cannot address.
+) -> LaunchShape:
+    """The runtime geometry of one launch; ValueError for views the kernel cannot address.
 
     ``lhs`` is ``[M, K]`` if ``cfg.lhs_k_major`` else ``[K, M]``, ``rhs`` likewise with N, ``out``
     ``[M, N]``; each with unit stride on its last dim and any leading stride. Every value is a 32-bit
-    kernel argument and each view's span must stay below 2**31 bytes (buffer offsets are 32-bit): the
-    plan's pieces guarantee both, and this check makes a violation a clear error, never a
-    ``struct.error`` or a wrapped offset. Works on meta tensors (no data is touched).
+    kernel argument and each view spans at most ``config.MAX_LAUNCH_BYTES`` (buffer offsets are 32-bit):
+    the plan's pieces guarantee both, and this check makes a violation a clear error, never a
+    ``struct.error`` or a wrapped offset. The limits are the ones the capability matrix states
+    (``kernels/config.py`` holds them for both), so what raises here is what the matrix declines. Works
+    on meta tensors (no data is touched).
     """
     m, n = out.shape
     k = lhs.shape[1] if cfg.lhs_k_major else lhs.shape[0]
@@ -696,21 +825,21 @@ def launch_geometry(
         if t.dim() != 2 or (t.stride(1) != 1 and t.shape[1] > 1):
             raise ValueError(f"{name} must be a 2-D view with unit stride on its last dim, got {t.stride()}")
         span = ((t.shape[0] - 1) * t.stride(0) + t.shape[1]) * fmts[name].itemsize if t.numel() else 0
-        if span > _INT32_MAX:
-            raise ValueError(f"{name} spans {span} bytes (> 2**31 - 1): the plan must split the launch")
+        if span > MAX_LAUNCH_BYTES:
+            raise ValueError(f"{name} spans {span} bytes (> {MAX_LAUNCH_BYTES}): the plan must split the launch")
     for name, t, fmt, k_major in (
         ("lhs", lhs, cfg.lhs_format, cfg.lhs_k_major),
         ("rhs", rhs, cfg.rhs_format, cfg.rhs_k_major),
     ):
         # 16-byte DMA vectors run along the contiguous dim: every row must start on a vector
         # boundary and hold whole vectors (a partial one would read the next row's elements).
-        vec = DMA_BYTES // fmt.itemsize
+        vec = vector_elems(fmt)
         what = "K" if k_major else "rows"
         misaligned = t.shape[1] % vec or (t.shape[0] > 1 and t.stride(0) % vec) or t.storage_offset() % vec
         if t.numel() and misaligned:
             raise ValueError(
                 f"{name}: its contiguous dim ({what}), leading stride and start must be multiples of {vec} "
-                f"elements (16 bytes), got shape {tuple(t.shape)}, stride {t.stride()}, "
+                f"elements ({DMA_BYTES} bytes), got shape {tuple(t.shape)}, stride {t.stride()}, "
                 f"offset {t.storage_offset()}: the matrix's alignment rules must decline this"
             )
     # The epilogue stores 4 adjacent columns as one 8- or 16-byte vector (store_tile).
@@ -724,8 +853,8 @@ def launch_geometry(
     rhs_rows, rhs_k = (rhs.shape[0], rhs.shape[1]) if cfg.rhs_k_major else (rhs.shape[1], rhs.shape[0])
     if rhs_rows != n or rhs_k != k:
         raise ValueError("rhs does not match out columns / lhs K")
-    lds = tuple(max(t.stride(0), 1) for t in (lhs, rhs, out))
-    return (m, n, k, *lds)
+    ld_lhs, ld_rhs, ld_out = (max(t.stride(0), 1) for t in (lhs, rhs, out))
+    return LaunchShape(m=m, n=n, k=k, ld_lhs=ld_lhs, ld_rhs=ld_rhs, ld_out=ld_out)
 
 
 def partials_shape(cfg: KernelConfig, m: int, n: int) -> tuple[int, int] | None:
@@ -783,6 +912,38 @@ def epilogue_views(
     return tuple(out if t is None else t for t in (bias, aux, partials))
 
 
+def kernel_args(
+    cfg: KernelConfig,
+    out: "torch.Tensor",  # noqa: F821
+    lhs: "torch.Tensor",  # noqa: F821
+    rhs: "torch.Tensor",  # noqa: F821
+    lhs_scale: "torch.Tensor | None",  # noqa: F821
+    rhs_scale: "torch.Tensor | None",  # noqa: F821
+    alpha: float,
+    beta: float,
+    extras: tuple = (None, None, None),
+) -> KernelArgs:
+    """The kernel's runtime arguments for one launch's kernel-facing views, as torch tensors and numbers:
+    what the GPU launch (:func:`jit_args`) and the emulator (``launch.kernarg_values``) both pass.
+
+    Validated as the kernel needs (:func:`launch_geometry`, :func:`epilogue_views`; ``extras`` are the
+    epilogue's ``(bias, aux, partials)``). FP8 payloads may arrive as uint8: they are re-viewed, never
+    copied. A config without scales gets the viewed lhs as its unread scale placeholders.
+    """
+    shape = launch_geometry(cfg, out, lhs, rhs)
+    lhs = lhs.view(torch_dtype(cfg.lhs_format))
+    rhs = rhs.view(torch_dtype(cfg.rhs_format))
+    if cfg.scaling != "none":
+        if lhs_scale is None or rhs_scale is None:
+            raise ValueError("FP8 operands need their scale_inv tensors, MXFP8 their packed scale words")
+    else:
+        lhs_scale = rhs_scale = lhs  # unread placeholders: the kernel reads scales only for FP8
+    bias, aux, partials = epilogue_views(cfg, out, *extras)
+    tensors = {"out": out, "lhs": lhs, "rhs": rhs, "lhs_scale": lhs_scale, "rhs_scale": rhs_scale}
+    tensors |= {"bias": bias, "aux": aux, "partials": partials}
+    return KernelArgs(**tensors, **shape._asdict(), alpha=float(alpha), beta=float(beta))
+
+
 def jit_args(
     cfg: KernelConfig,
     out: "torch.Tensor",  # noqa: F821
@@ -794,31 +955,22 @@ def jit_args(
     beta: float,
     extras: tuple = (None, None, None),
 ) -> tuple:
-    """The arguments of :func:`gemm_launch` (stream excluded) for one launch's kernel-facing views.
-
-    ``extras`` are the epilogue's ``(bias, aux, partials)`` (:func:`epilogue_views`).
+    """The arguments of :func:`gemm_launch` (stream excluded): :func:`kernel_args`, each tensor wrapped
+    for FlyDSL, then the config's :class:`GemmParams`.
 
     Each tensor's data pointer, storage offset included, is passed as a 64-bit base, so a plan
-    piece's views need no offset arithmetic in the kernel. FP8 payloads may arrive as uint8: they
-    are re-viewed, never copied. Only host objects are created (graph capture safe).
+    piece's views need no offset arithmetic in the kernel. Only host objects are created (graph
+    capture safe).
     """
     import flydsl.compiler as flyc
 
-    geom = launch_geometry(cfg, out, lhs, rhs)
-    lhs = lhs.view(torch_dtype(cfg.lhs_format))
-    rhs = rhs.view(torch_dtype(cfg.rhs_format))
+    values = kernel_args(cfg, out, lhs, rhs, lhs_scale, rhs_scale, alpha, beta, extras)
 
     def dyn(t: "torch.Tensor") -> object:  # noqa: F821
         return flyc.from_dlpack(t).mark_layout_dynamic(leading_dim=t.dim() - 1)
 
-    if cfg.scaling != "none":
-        if lhs_scale is None or rhs_scale is None:
-            raise ValueError("FP8 operands need their scale_inv tensors, MXFP8 their packed scale words")
-        sa, sb = dyn(lhs_scale), dyn(rhs_scale)
-    else:
-        sa = sb = dyn(lhs)  # unread placeholders: the kernel reads scales only for FP8
-    epi = tuple(dyn(t) for t in epilogue_views(cfg, out, *extras))
-    return (dyn(out), dyn(lhs), dyn(rhs), sa, sb, *epi, *geom, float(alpha), float(beta), params_for(cfg))
+    wrapped = values._replace(**{name: dyn(getattr(values, name)) for name in TENSORS})
+    return (*wrapped, params_for(cfg))
 
 
 def placeholder_args(cfg: KernelConfig) -> tuple:

@@ -19,9 +19,7 @@ from __future__ import annotations
 import flydsl.expr as fx
 from flydsl.expr import range_constexpr
 
-from .epilogue import OOB_BYTES
-
-DMA_BYTES = 16
+from .config import DMA_BYTES, OOB_BYTES
 
 
 def shape(p) -> tuple[int, int, int]:
