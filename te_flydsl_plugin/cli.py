@@ -198,9 +198,8 @@ def problem_from_args(args: argparse.Namespace) -> GemmProblem:
     """
     import torch
 
+    from .dtypes import COMPUTE_DTYPES, FP8_TORCH_DTYPES
     from .host import problem as _problem
-    from .host import views as _views
-    from .operands import FP8_TORCH_DTYPES
 
     layout = Layout(args.layout)
     m, n, k = args.m, args.n, args.k
@@ -216,7 +215,7 @@ def problem_from_args(args: argparse.Namespace) -> GemmProblem:
         return torch.empty(shape, dtype=dtype, device="meta")
 
     out_fmt = Format(args.out_dtype)
-    out_torch = _views.torch_dtype_of(out_fmt) or FP8_TORCH_DTYPES.get(out_fmt)
+    out_torch = COMPUTE_DTYPES.get(out_fmt) or FP8_TORCH_DTYPES.get(out_fmt)
     bias_torch = out_torch if out_fmt in (Format.BF16, Format.FP16) else torch.bfloat16
     out_shape = (m, n)
     given_d = args.accumulate or args.beta not in (None, 0.0)

@@ -14,15 +14,9 @@ from typing import Any
 
 import torch
 
+from .dtypes import FP8_TORCH_DTYPES
 from .spec import Format, QuantizerSpec
 
-# gfx950's FP8 is the OCP encoding: E4M3 "fn" (no infinities) and E5M2, as torch names them.
-FP8_TORCH_DTYPES = {
-    Format.FP8_E4M3: torch.float8_e4m3fn,
-    Format.FP8_E5M2: torch.float8_e5m2,
-    Format.MXFP8_E4M3: torch.float8_e4m3fn,
-    Format.MXFP8_E5M2: torch.float8_e5m2,
-}
 MX_BLOCK = 32  # elements per E8M0 scale (OCP MX specification)
 
 

@@ -107,3 +107,22 @@ def test_the_emulator_imports_nothing_of_the_plugin_but_llvm() -> None:
         if not dep.startswith("te_flydsl_plugin.emulator") and dep != "te_flydsl_plugin.llvm"
     }
     assert outside == set()
+
+
+# The benchmark driver builds its GEMMs as TE would call them, through the host's problem builder; it is
+# a tool the CLI runs, not a part of the backend the registry loads.
+_BACKEND_TOOLS = {"te_flydsl_plugin.flydsl.bench"}
+
+
+def test_the_backend_imports_nothing_of_the_host() -> None:
+    """The backend sees the host only through the contract (spec.py) and the shared rooms at the package
+    root: it is loaded through the entry point like any third-party backend (issue 15)."""
+    g = graph()
+    inside = {
+        (m, dep)
+        for m, deps in g.items()
+        if m.startswith("te_flydsl_plugin.flydsl") and m not in _BACKEND_TOOLS
+        for dep in deps
+        if dep.startswith("te_flydsl_plugin.host")
+    }
+    assert inside == set()

@@ -19,9 +19,10 @@ import torch
 
 import te_flydsl_plugin as tp
 from te_flydsl_plugin import llvm
+from te_flydsl_plugin.dtypes import FP8_TORCH_DTYPES
 from te_flydsl_plugin.flydsl.launch_log import LaunchLog
 from te_flydsl_plugin.host import dispatch
-from te_flydsl_plugin.operands import FP8_TORCH_DTYPES, OutputQuantizer
+from te_flydsl_plugin.operands import OutputQuantizer
 from te_flydsl_plugin.spec import Format, Layout, QuantizerSpec
 
 from .conftest import RecordingNative

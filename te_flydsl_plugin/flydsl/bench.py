@@ -103,12 +103,12 @@ def formats(kind: str, layout: Layout) -> tuple[Format, Format]:
 def _operand(fmt: Format, shape: tuple[int, int], device: torch.device) -> Any:
     """A TE-shaped operand of logical ``shape`` with every storage the layouts may read (values are
     irrelevant to the timing: finite random FP8 bytes, unit E8M0 scales)."""
+    from ..dtypes import payload_dtype
     from ..operands import Fp8Operand, MXFP8Operand
-    from .kernels.gemm import torch_dtype
 
     if not fmt.is_quantized:
-        return torch.randn(shape, device=device, dtype=torch_dtype(fmt))
-    data = torch.randn(shape, device=device).to(torch_dtype(fmt)).view(torch.uint8)
+        return torch.randn(shape, device=device, dtype=payload_dtype(fmt))
+    data = torch.randn(shape, device=device).to(payload_dtype(fmt)).view(torch.uint8)
     if fmt.is_fp8:
         one = torch.ones(1, device=device)
         return Fp8Operand(data, data.t().contiguous(), one, fmt)
@@ -181,13 +181,14 @@ def require_gfx950() -> None:
 def problem_for(shape: Shape, kind: str, device: torch.device, arch: str) -> tuple[GemmProblem, GemmCall]:
     """(problem, call) of one suite GEMM as TE would call it, with operands on ``device`` (``meta``
     builds it from shapes alone, judged as on one real device: meta tensors are otherwise declined)."""
+    from ..dtypes import torch_dtype_of
     from ..host import problem as host_problem
     from ..host import views
 
     a_fmt, b_fmt = formats(kind, shape.layout)
     a_shape, b_shape = host_problem.operand_shapes(shape.layout, shape.m, shape.n, shape.k)
     a, b = _operand(a_fmt, a_shape, device), _operand(b_fmt, b_shape, device)
-    torch_out = views.torch_dtype_of(_OUT[kind])
+    torch_out = torch_dtype_of(_OUT[kind])
     call = GemmCall(a, shape.layout is Layout.TN, b, shape.layout is Layout.NT, None, None, torch_out,
                     *_epilogue_args(shape, torch_out, device), None, 0, False, False)  # fmt: skip
     problem = host_problem.build(call, views.spec_of(a), views.spec_of(b), arch, device.type)

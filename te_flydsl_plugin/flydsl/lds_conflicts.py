@@ -28,16 +28,17 @@ def launch_values(cfg: KernelConfig, k: int) -> list[Any]:
     fused epilogue's bias, pre-activation and partials as zeros too."""
     import torch
 
+    from ..dtypes import payload_dtype
     from . import launch, mx_layout
     from .kernels import epilogue, mx
 
     m, n = cfg.tile_m, cfg.tile_n
 
     def operand(fmt: Any, rows: int, k_major: bool) -> torch.Tensor:
-        return torch.zeros((rows, k) if k_major else (k, rows), dtype=gemm.torch_dtype(fmt))
+        return torch.zeros((rows, k) if k_major else (k, rows), dtype=payload_dtype(fmt))
 
     lhs, rhs = operand(cfg.lhs_format, m, cfg.lhs_k_major), operand(cfg.rhs_format, n, cfg.rhs_k_major)
-    out = torch.zeros(m, n, dtype=gemm.torch_dtype(cfg.out_format))
+    out = torch.zeros(m, n, dtype=payload_dtype(cfg.out_format))
     sa = sb = None
     if cfg.scaling == "tensor":
         sa, sb = torch.ones(1), torch.ones(1)

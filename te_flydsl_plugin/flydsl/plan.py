@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from ..host.views import format_of_dtype, torch_dtype_of
+from ..dtypes import format_of_torch, torch_dtype_of
 from ..operands import Fp8Operand, MXFP8Operand
 from ..spec import GemmCall, GemmProblem, Layout
 from . import matrix
@@ -26,7 +26,7 @@ _PIECE_ALIGN = 256
 
 def _plain(t: torch.Tensor, k_major: bool, rows: int, k: int) -> KernelOperand:
     shape = (rows, k) if k_major else (k, rows)
-    fmt = format_of_dtype(t.dtype)
+    fmt = format_of_torch(t.dtype)
     return KernelOperand(t.view(shape), fmt, k_major, "tensor")
 
 

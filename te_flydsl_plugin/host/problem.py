@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from ..dtypes import torch_dtype_of
 from ..spec import Format, GemmCall, GemmProblem, Layout, OperandSpec
 from . import views
 
@@ -90,7 +91,7 @@ def _aux_format(call: GemmCall, low_precision: bool, result: Format) -> Format |
     if call.grad and isinstance(call.gelu_in, torch.Tensor):  # forward GELU ignores a given gelu_in
         return views.format_of_dtype(call.gelu_in.dtype)
     fmt = views.format_of_dtype(call.bias_type) if low_precision else result
-    return fmt if views.torch_dtype_of(fmt) is not None else result
+    return fmt if torch_dtype_of(fmt) is not None else result
 
 
 def build(call: GemmCall, a_spec: OperandSpec, b_spec: OperandSpec, arch: str, device_type: str = "") -> GemmProblem:

@@ -15,7 +15,8 @@ from typing import Any, NamedTuple
 
 import torch
 
-from ..operands import FP8_TORCH_DTYPES, Fp8Operand, InvalidOperand, MXFP8Operand, OutputQuantizer
+from ..dtypes import FORMAT_OF_TORCH
+from ..operands import Fp8Operand, InvalidOperand, MXFP8Operand, OutputQuantizer
 from ..spec import Format, OperandSpec, QuantizerSpec
 
 
@@ -30,18 +31,9 @@ class Unsupported(NamedTuple):
 View = torch.Tensor | Fp8Operand | MXFP8Operand | Unsupported
 Converter = Callable[[Any], View]
 
-_TORCH_FORMATS: dict[Any, Format] = {
-    torch.float32: Format.FP32,
-    torch.float16: Format.FP16,
-    torch.bfloat16: Format.BF16,
-}
-# Formats name themselves, so callers without torch or TE dtypes (the CLI) can pass them directly.
-_TORCH_DTYPES = {f: dt for dt, f in _TORCH_FORMATS.items()}
-_dtype_formats: dict[Any, Format] = {
-    **_TORCH_FORMATS,
-    **{f: f for f in Format},
-    **{dt: f for f, dt in FP8_TORCH_DTYPES.items() if f.is_fp8},  # a torch FP8 tensor holds per-tensor FP8 bytes
-}
+# torch's dtypes (dtypes.py), framework dtypes the seams register, and Formats, which name themselves so
+# callers without torch or TE dtypes (the CLI) can pass them directly.
+_dtype_formats: dict[Any, Format] = {**FORMAT_OF_TORCH, **{f: f for f in Format}}
 _converters: dict[type, Converter] = {}
 _lock = threading.Lock()
 
@@ -82,11 +74,6 @@ def format_of_dtype(value: Any) -> Format:
         return _dtype_formats.get(value, Format.OTHER)
     except TypeError:  # unhashable
         return Format.OTHER
-
-
-def torch_dtype_of(fmt: Format) -> torch.dtype | None:
-    """The torch dtype of fp32 / fp16 / bf16; None for every other format."""
-    return _TORCH_DTYPES.get(fmt)
 
 
 def _shape_of(x: Any) -> tuple[int, ...]:
@@ -138,8 +125,8 @@ def _resolve(cls: type) -> Converter:
 def spec_of(v: View) -> OperandSpec:
     """Metadata of a view, for the GemmProblem (shapes, formats, storages, starts, devices; no data read)."""
     if isinstance(v, torch.Tensor):
-        fmt = _TORCH_FORMATS.get(v.dtype)
-        if fmt is None:
+        fmt = FORMAT_OF_TORCH.get(v.dtype)
+        if fmt is None or fmt.is_quantized:  # a bare FP8 tensor: its scale is not with it
             detail = f"torch dtype {v.dtype}" + (" without a scale" if v.dtype.itemsize == 1 else "")
             return OperandSpec(Format.OTHER, tuple(v.shape), detail=detail, devices=(str(v.device),))
         return OperandSpec(

@@ -12,6 +12,7 @@ import time
 import pytest
 import torch
 
+from te_flydsl_plugin.dtypes import payload_dtype
 from te_flydsl_plugin.emulator import EmulatorError, HazardError, kernarg_layout, launch, pack_flydsl_kernarg
 from te_flydsl_plugin.flydsl import family
 
@@ -126,12 +127,12 @@ def _run_gemm(cfg, ck, m: int, n: int, k: int, code_object: bytes | None = None,
     g = torch.Generator().manual_seed(m * 7 + n * 3 + k)
 
     def operand(rows: int, fmt, k_major: bool):  # type: ignore[no-untyped-def]
-        x = torch.randn(rows, k, generator=g).clamp(-4, 4).to(gemm.torch_dtype(fmt))
+        x = torch.randn(rows, k, generator=g).clamp(-4, 4).to(payload_dtype(fmt))
         return (x if k_major else x.t().contiguous()), x.double()
 
     lhs, lref = operand(m, cfg.lhs_format, cfg.lhs_k_major)
     rhs, rref = operand(n, cfg.rhs_format, cfg.rhs_k_major)
-    out = torch.full((m, n), 3.0, dtype=gemm.torch_dtype(cfg.out_format))
+    out = torch.full((m, n), 3.0, dtype=payload_dtype(cfg.out_format))
     one = torch.ones(1)
     scales = (one, one) if cfg.lhs_format.is_fp8 else (None, None)
     ln = Launch(cfg, out, lhs, rhs, *scales, 1.0, 0.0)

@@ -9,6 +9,7 @@ import struct
 import pytest
 import torch
 
+from te_flydsl_plugin.dtypes import payload_dtype
 from te_flydsl_plugin.flydsl import executors, family, launch
 from te_flydsl_plugin.flydsl.kernels import gemm, select
 from te_flydsl_plugin.flydsl.kernels.config import KernelConfig
@@ -28,7 +29,7 @@ BIG = [
 
 
 def _meta_plan(fmt: Format, m: int, n: int, k: int, lk: bool, rk: bool) -> GemmPlan:
-    dtype = torch.uint8 if fmt.is_fp8 else gemm.torch_dtype(fmt)
+    dtype = torch.uint8 if fmt.is_fp8 else payload_dtype(fmt)
     scale = torch.ones(1, device="meta") if fmt.is_fp8 else None
 
     def op(rows: int, k_major: bool) -> KernelOperand:

@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from ...operands import FP8_TORCH_DTYPES
+from ...dtypes import FP8_TORCH_DTYPES
 from .. import mx_layout
 from ..plan_types import GemmPlan, KernelOperand, Piece
 

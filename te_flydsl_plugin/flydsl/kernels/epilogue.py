@@ -13,7 +13,7 @@ store path (:func:`store_tile`): for each accumulator block (4 adjacent output c
   per-wave partial rows of a workspace, which the host reduces in a fixed order (no atomics: the
   same bits every run).
 
-The semantics are the reference executor's (``flydsl/executors.py``). GELU is the tanh
+The semantics are the reference executor's (``flydsl/executors/reference.py``). GELU is the tanh
 approximation TE and cuBLASLt fuse, ``0.5 x (1 + tanh(u))``, ``u = sqrt(2/pi) (x + 0.044715 x^3)``,
 evaluated as ``x * sigmoid(2u)`` (the same function: ``(1 + tanh u) / 2 = sigmoid(2u)``), which
 needs one ``exp`` and one division per element and no ``tanh`` expansion; its derivative is

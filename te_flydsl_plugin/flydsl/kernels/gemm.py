@@ -792,15 +792,6 @@ check_signature(gemm_kernel._func, fx, ("p",))
 check_signature(gemm_launch.func, fx, ("p", "stream"))
 
 
-def torch_dtype(fmt: Format) -> "torch.dtype":  # noqa: F821 - torch is imported lazily
-    """The torch dtype the kernel sees an operand or output of ``fmt`` as (FP8 payloads re-viewed): the
-    host's map for fp32 / fp16 / bf16 (host/views.py), operands.py's for the FP8 and MXFP8 payloads."""
-    from ...host.views import torch_dtype_of
-    from ...operands import FP8_TORCH_DTYPES
-
-    return torch_dtype_of(fmt) or FP8_TORCH_DTYPES[fmt]
-
-
 def launch_geometry(
     cfg: KernelConfig,
     out: "torch.Tensor",  # noqa: F821 - torch is imported lazily
@@ -930,9 +921,11 @@ def kernel_args(
     epilogue's ``(bias, aux, partials)``). FP8 payloads may arrive as uint8: they are re-viewed, never
     copied. A config without scales gets the viewed lhs as its unread scale placeholders.
     """
+    from ...dtypes import payload_dtype
+
     shape = launch_geometry(cfg, out, lhs, rhs)
-    lhs = lhs.view(torch_dtype(cfg.lhs_format))
-    rhs = rhs.view(torch_dtype(cfg.rhs_format))
+    lhs = lhs.view(payload_dtype(cfg.lhs_format))
+    rhs = rhs.view(payload_dtype(cfg.rhs_format))
     if cfg.scaling != "none":
         if lhs_scale is None or rhs_scale is None:
             raise ValueError("FP8 operands need their scale_inv tensors, MXFP8 their packed scale words")
@@ -977,10 +970,12 @@ def placeholder_args(cfg: KernelConfig) -> tuple:
     """CPU placeholders for compiling ``cfg`` (shapes are runtime values: any size compiles the same)."""
     import torch
 
+    from ...dtypes import payload_dtype
+
     size = 256
-    lhs = torch.empty(size, size, dtype=torch_dtype(cfg.lhs_format))
-    rhs = torch.empty(size, size, dtype=torch_dtype(cfg.rhs_format))
-    out = torch.empty(size, size, dtype=torch_dtype(cfg.out_format))
+    lhs = torch.empty(size, size, dtype=payload_dtype(cfg.lhs_format))
+    rhs = torch.empty(size, size, dtype=payload_dtype(cfg.rhs_format))
+    out = torch.empty(size, size, dtype=payload_dtype(cfg.out_format))
     scale = torch.ones(1, dtype=torch.float32)
     if cfg.scaling == "mx":
         scale = torch.zeros(size // 16, 64, dtype=torch.int32)  # a piece's packed words (mx.piece_words)
