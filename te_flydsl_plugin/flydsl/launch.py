@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from ..operands import MX_BLOCK
 from . import mx_layout
 from .kernels import epilogue, gemm, mx
 from .kernels.config import KernelConfig
@@ -189,4 +190,4 @@ def scale_pack_launch(
     if out.numel() == 0:
         return out, None
     words = out.view(-1).view(torch.int32)
-    return out, ScalePackLaunch(scales, words, rows, k // mx_layout.BLOCK, shape[1], shape[0], blocks_along_dim)
+    return out, ScalePackLaunch(scales, words, rows, k // MX_BLOCK, shape[1], shape[0], blocks_along_dim)

@@ -5,7 +5,9 @@ backs it and which combinations are backed: compiled, ISA-checked and run in the
 ``family.py``'s ``BACKED``), and :data:`RULES`. Each rule is one :class:`Rule`: its topic and words
 (what ``capabilities`` and ``docs/capabilities.md`` print) beside the predicate ``check``
 (``flydsl/check.py``) evaluates, and both read the same constants here, so words and verdicts cannot
-drift apart. Every support constant of the backend lives in this file.
+drift apart. Every support constant of the backend is here: stated here, or, where it is a fact of the
+kernels (vector widths, alignment, size limits), imported from ``kernels/config.py``, which the kernels'
+own guards read too.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import product
 
+from ..operands import MX_BLOCK
 from ..spec import Capabilities, CapabilityRow, Format, GemmProblem, Layout, Reason, ReasonCode
-from .kernels.config import K_MULTIPLE, MAX_DIM, MAX_LAUNCH_BYTES, OPERAND_ALIGN, OUT_VEC
+from .kernels.config import K_MULTIPLE, MAX_DIM, MAX_LAUNCH_BYTES, OPERAND_ALIGN, OUT_VEC, vector_elems
 
 # ---------------------------------------------------------------- what a rule is
 
@@ -89,9 +92,9 @@ EPILOGUE_LAYOUTS: dict[str, tuple[Layout, ...]] = {
 PASS_OF = {Layout.TN: "fprop", Layout.NN: "dgrad", Layout.NT: "wgrad"}
 
 # K must be a multiple of K_MULTIPLE (16-byte vectors along K) and, for MX, of one E8M0 scale block.
-MX_K_MULTIPLE = 32
+MX_K_MULTIPLE = MX_BLOCK
 # An MXFP8 copy read along M or N (columnwise storage) moves 16-byte vectors of 1-byte elements.
-MX_MN_VECTOR = 16
+MX_MN_VECTOR = vector_elems(Format.MXFP8_E4M3)
 
 # Which storage each TE layout reads of TE's A and B: True the rowwise one (the data, K-major for A in TN
 # and B in TN/NN), False the other (an FP8 operand's stored transpose, which is K-major; an MXFP8

@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import torch
 
+from ..operands import MX_BLOCK
 from .kernels.config import MAX_LAUNCH_BYTES
 
-BLOCK = 32  # elements per E8M0 scale (OCP MX)
 MFMA_ROWS = 16  # operand rows per 16x16x128 MFMA
 MFMA_K = 128  # K elements per MFMA step = 4 scale blocks
 STEPS_PER_WORD = 4  # K-steps per 32-bit scale word (one per op_sel byte)
@@ -49,8 +49,8 @@ def unsupported_reason(rows: int, k: int) -> str | None:
     before anything runs; pack functions raise ValueError only for what this declines."""
     if rows < 0 or k < 0:
         return f"negative extent rows={rows}, k={k}"
-    if k % BLOCK:
-        return f"MXFP8 needs K a multiple of {BLOCK}, got K={k}"
+    if k % MX_BLOCK:
+        return f"MXFP8 needs K a multiple of {MX_BLOCK}, got K={k}"
     if packed_bytes(rows, k) > MAX_LAUNCH_BYTES:
         return f"packed scales of {packed_bytes(rows, k)} bytes exceed the 32-bit buffer offset range"
     return None
@@ -80,7 +80,7 @@ def logical_view(scales: torch.Tensor, rows: int, k: int, blocks_along_dim: int)
         raise ValueError(f"E8M0 scales must be a 2-D uint8 tensor, got {scales.dtype} {tuple(scales.shape)}")
     if blocks_along_dim not in (0, 1):
         raise ValueError(f"blocks_along_dim must be 0 or 1, got {blocks_along_dim}")
-    kb = k // BLOCK
+    kb = k // MX_BLOCK
     view = scales if blocks_along_dim == 1 else scales.t()
     if view.shape[0] < rows or view.shape[1] < kb:
         raise ValueError(
@@ -116,7 +116,7 @@ def pack_scales(
     n_r, n_t = out.shape[0], out.shape[1]
     # [R*16 + i, T*16 + 4b + g] -> [R, i, T, b, g] -> [R, T, g, i, b]
     grid = torch.full((n_r * MFMA_ROWS, n_t * 16), PAD_BYTE, dtype=torch.uint8, device=scales.device)
-    grid[:rows, : k // BLOCK] = src
+    grid[:rows, : k // MX_BLOCK] = src
     out.copy_(grid.view(n_r, MFMA_ROWS, n_t, STEPS_PER_WORD, 4).permute(0, 2, 4, 1, 3))
     return out
 
@@ -151,7 +151,7 @@ def unpack_scales(packed: torch.Tensor, rows: int, k: int) -> torch.Tensor:
     if packed.dtype != torch.uint8 or tuple(packed.shape) != shape or not packed.is_contiguous():
         raise ValueError(f"packed must be contiguous uint8 {shape}, got {packed.dtype} {tuple(packed.shape)}")
     row = torch.arange(rows, device=packed.device).view(-1, 1)
-    kblock = torch.arange(k // BLOCK, device=packed.device).view(1, -1)
+    kblock = torch.arange(k // MX_BLOCK, device=packed.device).view(1, -1)
     return mfma_scale_byte(packed, rows, k, row, kblock)
 
 
