@@ -43,7 +43,9 @@ def trace_ours(name: str, tiles: int) -> Any:
     kernarg = emulator.pack_flydsl_kernarg(ck.code_object, ck.kernel, values)
     t = Trace()
     block = (gemm.block_size(cfg), 1, 1)
-    emulator.launch(ck.code_object, ck.kernel, kernarg, (1, 1, 1), block, workgroups=[(0, 0, 0)], hazards="off", trace=t)
+    emulator.launch(
+        ck.code_object, ck.kernel, kernarg, (1, 1, 1), block, workgroups=[(0, 0, 0)], trace=t, hazards="off"
+    )
     return t
 
 
@@ -92,9 +94,9 @@ def timeline(trace: Any, bpc: float, latency: int) -> dict[str, Any]:
     w0 = sorted((e for e in events if e.wave == 0), key=lambda e: e.pos)
     releases = [w0[i + 1].issue for i, e in enumerate(w0[:-1]) if e.kind == "s_barrier"]
     mfma = sorted((e.issue, e.done) for e in events if e.kind == "mfma" and e.wave == 0)
-    # steady window: from tile 2's round to tile TILES - 1's (every round there refills a freed stage)
-    lo, hi = rounds[2]["first_issue"], rounds[TILES - 1]["first_issue"]
-    iters = TILES - 3
+    # steady window: from tile 3's round to the last (past the prologue's two rounds and the first refill)
+    lo, hi = rounds[3]["first_issue"], rounds[-1]["first_issue"]
+    iters = len(rounds) - 4
     period = (hi - lo) / iters
     sends = sorted((e.sent - DMA_BYTES / bpc, e.sent) for e in dma)
     busy = sum(max(0.0, min(b, hi) - max(a, lo)) for a, b in sends)

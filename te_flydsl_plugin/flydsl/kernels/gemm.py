@@ -49,9 +49,6 @@ WAVE_SIZE = 64
 DMA_BYTES = 16  # one direct global->LDS transfer per lane
 NUM_XCDS = 8
 GROUP_M = 8
-# B repetitions of a tile's last chunk that carry the hand-over to the next tile (gemm_kernel) with two K
-# chunks: about one issuer (a DMA transfer, a fragment read) a gap between MFMAs.
-HANDOVER_REPS = 4
 
 # Format -> (FlyDSL element type name, MFMA shape K). The MFMA per format is the widest gfx950 has.
 _ELEM = {
@@ -449,23 +446,33 @@ def gemm_kernel(
             )
         )
 
-    def sync(own_reads=False):
+    def sync():
         """Publish the DMA'd tile to every wave, and prove every wave has finished reading the stage the
-        next fill overwrites. ``own_reads``: this wave may still have fragment reads in flight (the
-        hand-over below), so it waits for them first: the barrier does not."""
-        if const_expr(own_reads):
-            rocdl.s_waitcnt(vmcnt=0, lgkmcnt=0)
-        else:
-            rocdl.s_waitcnt(vmcnt=0)
+        next fill overwrites."""
+        rocdl.s_waitcnt(vmcnt=0)
         rocdl.s_barrier()
 
-    # The hand-over inside the loop: during tile t's last B repetitions (HANDOVER_REPS), the sync (tile t + 1
-    # has landed, every wave is done reading tile t), at once the DMA of tile t + 2 into tile t's stage,
-    # and with two K chunks (bf16 / fp16) tile t + 1's chunk-0 reads (the last repetitions read chunk 1's
-    # fragments). So the memory stream never waits for a tile's MFMAs (each transfer has a whole tile to
-    # land: the fabric-bound timing model's figure, docs/perf-model.md), and the next tile's MFMAs start
-    # at once. Not with bgrad, whose row sums read the tile after its MFMAs, nor MXFP8, whose scale
-    # words, loaded after the MFMAs, would then wait for the DMA issued just before them.
+    def release():
+        """Prove every wave has finished reading the tile being multiplied (its own reads first: the
+        barrier does not wait for them), so the refill of its stage may go out (the hand-over below)."""
+        rocdl.s_waitcnt(lgkmcnt=0)
+        rocdl.s_barrier()
+
+    def publish(in_flight):
+        """Publish the next tile to every wave while the ``in_flight`` transfers issued after it (the
+        refill of the tile after it) keep going: ``vmcnt`` returns in order."""
+        rocdl.s_waitcnt(vmcnt=in_flight)
+        rocdl.s_barrier()
+
+    # The hand-over inside the loop, in tile t's last K chunk: as soon as every wave is done reading tile
+    # t (with two K chunks, bf16 / fp16: the chunk's start, its fragments were read during chunk 0; with
+    # one, FP8: the last B repetition) the release barrier and at once the DMA of tile t + 2 into tile
+    # t's stage; then the publish (tile t + 1 has landed, tile t + 2 still in flight) and with two K
+    # chunks tile t + 1's chunk-0 reads. The refill goes out before the wait for the tile before it, so
+    # the memory stream never drains: waiting for tile t + 1 first left the port idle a whole memory
+    # latency every tile (docs/kernels.md, "Why PR 676's bf16 is predicted faster"). Not with bgrad,
+    # whose row sums read the tile after its MFMAs, nor MXFP8, whose scale words, loaded after the
+    # MFMAs, would then wait for the DMA issued just before them.
     handover = p.pinned and not p.epi_rowsum and not p.mx
 
     def multiply(stage, words=None, fills=(), next_stage=None):
@@ -495,7 +502,7 @@ def gemm_kernel(
             for issue in fills:
                 issue()
         elif const_expr(next_stage is not None):
-            hand_over = [functools.partial(sync, True), *fills]
+            hand_over = [release, *fills, functools.partial(publish, len(fills))]
             if const_expr(k_chunks > 1):
                 hand_over += [issue for side in reads(next_stage, 0) for issue in side]
         if const_expr(not handover or k_chunks == 1):
@@ -509,8 +516,7 @@ def gemm_kernel(
             if const_expr(kc == k_chunks - 1):
                 # With one K chunk the tile's own B reads run to the start of the last repetition: the
                 # hand-over, which lets the next DMA overwrite this stage, waits for that one.
-                reps = HANDOVER_REPS if k_chunks > 1 else 1
-                upcoming.append(((b_reps - reps) * a_reps, hand_over))
+                upcoming.append((0 if k_chunks > 1 else (b_reps - 1) * a_reps, hand_over))
             mfma.gemm(
                 acc,
                 frag_rhs[None, None, kc],
