@@ -17,8 +17,9 @@ Design (docs/kernels.md has the reasons at length):
   direct global->LDS DMA (``buffer_load ... lds``); the load of K tile ``t + 1`` runs while tile ``t``
   is multiplied, issued right after the barrier that frees its stage (per-lane offsets computed once,
   the tile's K in the scalar offset). A runtime loop, so K is not unrolled into the code; bf16, fp16
-  and FP8 hand each tile over to the next among its last MFMAs (the barrier, the DMA of the tile after
-  next and, with two K chunks, the next tile's first fragment reads).
+  and FP8 hand each tile over to the next among its last MFMAs (the release barrier, the DMA of the
+  tile after next, then the publish barrier of the next tile and, with two K chunks, its first
+  fragment reads).
 * K-major operands are stored row-major in LDS with an XOR swizzle on 16-byte chunks; the others
   K-outer, with their K rows' bits reordered and XOR-ed into the row's blocks, and read with gfx950's
   transposing ``ds_read_b64_tr_b16`` (``_b8`` for MXFP8), which gives TE's NN / NT layouts without
