@@ -530,12 +530,11 @@ def gemm_kernel(
                 fenced,
             )
 
-    # Ping-pong: the barrier after the wait both publishes tile t and proves every wave has finished
-    # reading the stage that the next fill overwrites (it was read in iteration t - 1).
+    # Ping-pong, two tiles ahead: tile t + 2 refills tile t's stage once every wave is done reading it.
     if const_expr(p.mx):
         # Groups of four K tiles share one scale word per repetition (kernels/mx.py), in MMA operand
-        # order (A = rhs, B = lhs); a group's words are loaded after the MFMAs of the tile before it
-        # and waited for with its first tile's DMA.
+        # order (A = rhs, B = lhs); a group's words are loaded after the MFMAs of the tile before it,
+        # before that tile's refill, and waited for with the publish of its first tile.
         rhs_reps = tile_n // (p.n_waves * 16)
         lhs_reps = tile_m // (p.m_waves * 16)
         rows_rhs = thr_mma.partition_A(fx.make_view(0, fx.make_layout((tile_n, tile_k), (1, 0))))
@@ -546,43 +545,63 @@ def gemm_kernel(
         groups = (k_tiles + steps - 1) // steps
         # One K tile per iteration; tile t's scales are byte t % 4 of the group's words, which the
         # MFMAs read as byte 0: the words shift down one byte per tile (kernels/mx.py).
+        # After tile t's MFMAs (and the next words, so that the publish's in-order vmcnt covers them):
+        # the release, tile t + 2's DMA into tile t's stage, then the publish of tile t + 1 with that
+        # DMA still in flight (the memory stream does not drain; see the hand-over above).
         for issue in fill_stage(0, 0):
             issue()
         words = (mx.load_words(sw_rhs, 0, groups), mx.load_words(sw_lhs, 0, groups))
+        sync()
+        for issue in fill_stage(1, 1):
+            issue()
         for t in range(0, k_tiles - 1, 1):
-            sync()
-            multiply(t % 2, words, fill_stage((t + 1) % 2, t + 1))
+            multiply(t % 2, words)
             if (t + 1) % steps == 0:
                 group = (t + 1) // steps
                 words = (mx.load_words(sw_rhs, group, groups), mx.load_words(sw_lhs, group, groups))
             else:
                 words = mx.next_byte(words)
-        sync()
+            release()
+            refill = fill_stage(t % 2, t + 2)  # past K, as in the last iteration, it loads zeros
+            for issue in refill:
+                issue()
+            publish(len(refill))
         last = (k_tiles < 1).select(1, k_tiles)  # K = 0 multiplies the zero-filled stage 0
         multiply((last + 1) % 2, words)
     else:
         # bgrad (kernels/rowsum.py): after each tile's MFMAs the first tile column adds lhs's rows up in LDS.
+        # Pinned without the hand-over (bgrad): the release, tile t + 2's DMA and tile t + 1's publish come
+        # after the tile's MFMAs and row sums, as for MXFP8. LLVM's own MFMAs (fp32) keep the sync at the
+        # top of the loop with tile t + 1's DMA right after it.
         sums = rowsum.start(p)
         for issue in fill_stage(0, 0):
             issue()
-        if const_expr(handover):
+        if const_expr(p.pinned):
             # Tile 1's DMA right after tile 0's sync, and tile 0's chunk-0 reads (bf16 / fp16).
             sync()
             for issue in fill_stage(1, 1):
                 issue()
-            if const_expr(k_chunks > 1):
+            if const_expr(handover and k_chunks > 1):
                 for issue in [issue for side in reads(0, 0) for issue in side]:
                     issue()
         for t in range(0, k_tiles - 1, 1):
             if const_expr(handover):
                 # Tile t + 2 goes into tile t's stage (past K, as in the last iteration, it loads zeros).
                 multiply(t % 2, None, fill_stage(t % 2, t + 2), (t + 1) % 2)
+            elif const_expr(p.pinned):
+                multiply(t % 2)
             else:
                 sync()
                 multiply(t % 2, None, fill_stage((t + 1) % 2, t + 1))
             if const_expr(p.epi_rowsum) and bn == 0:
                 sums = rowsum.add(p, sums, lds_a + (t % 2) * (tile_m * tile_k), a_layout, elem_a, tid)
-        if const_expr(not handover):
+            if const_expr(p.pinned and not handover):
+                release()
+                refill = fill_stage(t % 2, t + 2)  # as the hand-over's: tile t's stage, zeros past K
+                for issue in refill:
+                    issue()
+                publish(len(refill))
+        if const_expr(not p.pinned):
             sync()
         # The last tile sits in stage (k_tiles - 1) % 2; K = 0 has none, and multiplies the zeros that the
         # all-out-of-bounds fill of tile 0 left in stage 0, giving beta * out.
