@@ -124,9 +124,10 @@ def _wait_until(queue: list[int], keep: int) -> int:
     return sorted(queue)[len(queue) - keep - 1]
 
 
-def replay(trace: Trace, memory: Memory, groups: int = 1) -> int:
+def replay(trace: Trace, memory: Memory, groups: int = 1, events: list[Event] | None = None) -> int:
     """Clocks until the last of ``groups`` copies of the traced workgroup finishes on one CU (every
-    copy's wave ``i`` on SIMD ``i % 4``; LDS, vector memory and the SIMDs shared)."""
+    copy's wave ``i`` on SIMD ``i % 4``; LDS, vector memory and the SIMDs shared). ``events``, when
+    given, receives every issued instruction's :class:`Event` (timelines: ``tools/dma_timeline.py``)."""
     decoded = [_decode(i) for i in trace.insts]
     waves = [_Wave(tr, i % SIMDS, g) for g in range(groups) for i, tr in enumerate(trace.waves)]
     ready: list[dict[tuple[str, int], int]] = [{} for _ in waves]
@@ -149,6 +150,8 @@ def replay(trace: Trace, memory: Memory, groups: int = 1) -> int:
         rd = ready[wi]
         t = max([w.t] + [rd.get(r, 0) for r in d.reads])
         if d.kind == "s_barrier":
+            if events is not None:  # its arrival; the release is the wave's next issue
+                events.append(Event(wi, w.pos, pc, d.kind, t, t))
             w.pos += 1
             w.t = t + ISSUE_CLOCKS
             w.at_barrier = True
@@ -196,10 +199,38 @@ def replay(trace: Trace, memory: Memory, groups: int = 1) -> int:
             nxt = t + max(ISSUE_CLOCKS, d.clocks)
         else:
             nxt = t + ISSUE_CLOCKS
+        if events is not None:
+            events.append(_event(wi, w.pos, pc, d, t, w, vmem_free))
         w.t = nxt
         w.pos += 1
         heapq.heappush(heap, (w.t, wi))
     return end
+
+
+@dataclass(frozen=True)
+class Event:
+    """One issued instruction of a replay: wave, position in its trace, instruction index, kind
+    (``_classify``), issue clock and the clock its work is done: an MFMA's end, a DS access's data
+    back, a vector-memory access's last byte sent (``sent``) and data back (``done``)."""
+
+    wave: int
+    pos: int
+    pc: int
+    kind: str
+    issue: int
+    done: int
+    sent: float = 0.0
+
+
+def _event(wi: int, pos: int, pc: int, d: _Decoded, t: int, w: _Wave, vm: float) -> Event:
+    """The :class:`Event` of the instruction just issued at ``t`` (the replay's state after it)."""
+    if d.kind == "mfma":
+        return Event(wi, pos, pc, d.kind, t, t + d.clocks)
+    if d.kind == "ds":
+        return Event(wi, pos, pc, d.kind, t, w.lgkm[-1])
+    if d.kind == "vmem":
+        return Event(wi, pos, pc, d.kind, t, w.vm[-1], vm)
+    return Event(wi, pos, pc, d.kind, t, t)
 
 
 def _release(waves: list[_Wave], group: int, heap: list[tuple[int, int]]) -> None:

@@ -193,6 +193,33 @@ def test_removed_vmcnt_wait_is_an_unwaited_lds_hazard() -> None:
         _run_gemm(cfg, ck, 256, 256, 128, code_object=broken)
 
 
+def test_removed_publish_wait_is_an_unwaited_lds_hazard() -> None:
+    """The hand-over's publish in the K loop waits for the next tile with the refill after it still in
+    flight (``vmcnt(16)``: 16 transfers a lane and tile): drop it and the next tile's fragment reads
+    read LDS its DMA is still filling."""
+    cfg, ck = _gemm("bf16", "bf16", True, True, "fp32")
+    insts = instructions(ck.code_object, ck.kernel)
+    publish = [i for i in insts if i.opcode == "s_waitcnt" and "vmcnt(16)" in i.text]
+    assert len(publish) == 1
+    broken = patch_word(ck.code_object, publish[0].address, S_NOP)
+    with pytest.raises(HazardError, match=rf"{ck.kernel}\+0x[0-9a-f]+ \[unwaited-lds\]"):
+        _run_gemm(cfg, ck, 256, 256, 256, code_object=broken)
+
+
+def test_removed_release_barrier_is_an_lds_race() -> None:
+    """The hand-over's release barrier (every wave done reading the tile) comes before the refill of its
+    stage: drop it and a wave's DMA overwrites what another wave still reads."""
+    cfg, ck = _gemm("bf16", "bf16", True, True, "fp32")
+    insts = instructions(ck.code_object, ck.kernel)
+    publish = next(i for i in insts if i.opcode == "s_waitcnt" and "vmcnt(16)" in i.text)
+    barriers = [i for i in insts if i.opcode == "s_barrier" and i.address < publish.address]
+    release = max(barriers, key=lambda i: i.address)
+    assert any(i.opcode.startswith("buffer_load") and release.address < i.address < publish.address for i in insts)
+    broken = patch_word(ck.code_object, release.address, S_NOP)
+    rep, _, _ = _run_gemm(cfg, ck, 256, 256, 256, code_object=broken, hazards="report")
+    assert "lds-race" in {h.kind for h in rep.hazards}, rep.hazards
+
+
 def test_removed_barrier_is_an_lds_race_and_a_wrong_result() -> None:
     cfg, ck = _gemm("bf16", "bf16", True, True, "fp32")
     insts = instructions(ck.code_object, ck.kernel)

@@ -144,4 +144,17 @@ def test_bgrad_sums_in_the_first_tile_column_only(cfg: KernelConfig) -> None:
     plain = isa.isa_report(dataclasses.replace(cfg, epilogue="plain"))
     assert rep["ok"], rep
     assert len(rep["loop_insts"]) == 2 and len(plain["loop_insts"]) == 1, rep["loop_insts"]
-    assert min(rep["loop_insts"]) <= plain["loop_insts"][0] < max(rep["loop_insts"]), rep["loop_insts"]
+    # The loop without the sums reads LDS exactly as the plain twin's, the other adds the sums' reads.
+    lean, sums = sorted(_loop_opcodes(cfg), key=lambda c: sum(c.values()))
+    (twin,) = _loop_opcodes(dataclasses.replace(cfg, epilogue="plain"))
+
+    def reads(c: Counter) -> int:
+        return sum(n for op, n in c.items() if op.startswith("ds_read"))
+
+    assert reads(lean) == reads(twin) < reads(sums), (lean, twin, sums)
+    assert sum(lean.values()) < sum(sums.values()) and sum(twin.values()) < sum(sums.values())
+    if not cfg.agpr_accumulators:
+        # Same loop shape as the twin (LLVM's MFMAs: no hand-over on either side), so no larger. The
+        # pinned twins hand tiles over inside the loop (gemm_kernel), which bgrad's sums rule out: their
+        # loop has a barrier more and three s_waitcnt fewer, 2 instructions shorter than bgrad's lean one.
+        assert sum(lean.values()) <= sum(twin.values()), (lean, twin)

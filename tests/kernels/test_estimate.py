@@ -100,3 +100,19 @@ def test_plot_without_matplotlib_is_one_line(
         assert cli.main([*command, "--plot", "x.png"]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "pip install 'te-flydsl-plugin[plot]'" in err
+
+
+@pytest.mark.compile
+@needs_toolchain
+@pytest.mark.parametrize("name", [BF16.name, "gemm_fp8_e4m3_fp8_e4m3_kk_bf16_plain_256x256x128_w4"])
+def test_the_memory_stream_never_drains_where_the_port_limits(name: str) -> None:
+    """The hand-over issues tile t + 2's DMA before it waits for tile t + 1 (docs/kernels.md, "Why PR 676's
+    bf16 is predicted faster"): where the CU's bandwidth limits, an iteration costs exactly its 64 KiB
+    at that bandwidth, no memory latency on top (waiting first cost 700 clocks more an iteration)."""
+    from te_flydsl_plugin.flydsl import family, tile_timing
+
+    cfg = next(c for c in family.FAMILY if c.name == name)
+    lines = {r["bytes_per_clock"]: r["per_iteration"] for r in tile_timing.kernel_lines(cfg, 1)["lines"]["1"]}
+    tile_bytes = (cfg.tile_m + cfg.tile_n) * 128  # 128 bytes of K a row
+    for bpc in (2.0, 4.0, 8.0, 16.0):
+        assert lines[bpc] == pytest.approx(tile_bytes / bpc, abs=1), (bpc, lines)

@@ -17,8 +17,9 @@ Design (docs/kernels.md has the reasons at length):
   direct global->LDS DMA (``buffer_load ... lds``); the load of K tile ``t + 1`` runs while tile ``t``
   is multiplied, issued right after the barrier that frees its stage (per-lane offsets computed once,
   the tile's K in the scalar offset). A runtime loop, so K is not unrolled into the code; bf16, fp16
-  and FP8 hand each tile over to the next among its last MFMAs (the barrier, the DMA of the tile after
-  next and, with two K chunks, the next tile's first fragment reads).
+  and FP8 hand each tile over to the next among its last MFMAs (the release barrier, the DMA of the
+  tile after next, then the publish barrier of the next tile and, with two K chunks, its first
+  fragment reads).
 * K-major operands are stored row-major in LDS with an XOR swizzle on 16-byte chunks; the others
   K-outer, with their K rows' bits reordered and XOR-ed into the row's blocks, and read with gfx950's
   transposing ``ds_read_b64_tr_b16`` (``_b8`` for MXFP8), which gives TE's NN / NT layouts without
@@ -51,9 +52,6 @@ from .config import DMA_BYTES, MAX_LAUNCH_BYTES, OOB_BYTES, OUT_VEC, KernelConfi
 WAVE_SIZE = 64
 NUM_XCDS = 8
 GROUP_M = 8
-# B repetitions of a tile's last chunk that carry the hand-over to the next tile (gemm_kernel) with two K
-# chunks: about one issuer (a DMA transfer, a fragment read) a gap between MFMAs.
-HANDOVER_REPS = 4
 
 # Format -> (FlyDSL element type name, MFMA shape K). The MFMA per format is the widest gfx950 has.
 _ELEM = {
@@ -454,14 +452,24 @@ class _Fill:
             issue()
 
 
-def _sync(own_reads: bool = False) -> None:
+def _sync() -> None:
     """Publish the DMA'd tile to every wave, and prove every wave has finished reading the stage the next
-    fill overwrites. ``own_reads``: this wave may still have fragment reads in flight (the hand-over,
-    :class:`_Mma`), so it waits for them first: the barrier does not."""
-    if const_expr(own_reads):
-        rocdl.s_waitcnt(vmcnt=0, lgkmcnt=0)
-    else:
-        rocdl.s_waitcnt(vmcnt=0)
+    fill overwrites (fp32's loop, and the first tile of the others)."""
+    rocdl.s_waitcnt(vmcnt=0)
+    rocdl.s_barrier()
+
+
+def _release() -> None:
+    """Prove every wave has finished reading the tile being multiplied (its own reads first: the barrier
+    does not wait for them), so the refill of its stage may go out (the hand-over, :class:`_Mma`)."""
+    rocdl.s_waitcnt(lgkmcnt=0)
+    rocdl.s_barrier()
+
+
+def _publish(in_flight: int) -> None:
+    """Publish the next tile to every wave while the ``in_flight`` transfers issued after it (the refill of
+    the tile after it) keep going: ``vmcnt`` counts down in issue order."""
+    rocdl.s_waitcnt(vmcnt=in_flight)
     rocdl.s_barrier()
 
 
@@ -472,13 +480,15 @@ class _Mma:
     The MMA computes the tile transposed: its A operand is rhs (output columns), its B operand lhs
     (output rows), so each lane's 4 accumulators of one MFMA are 4 adjacent output columns.
 
-    The hand-over (``handover``) inside the loop: during tile t's last B repetitions (HANDOVER_REPS), the
-    sync (tile t + 1 has landed, every wave is done reading tile t), at once the DMA of tile t + 2 into tile
-    t's stage, and with two K chunks (bf16 / fp16) tile t + 1's chunk-0 reads (the last repetitions read
-    chunk 1's fragments). So the memory stream never waits for a tile's MFMAs (each transfer has a whole
-    tile to land: the fabric-bound timing model's figure, docs/perf-model.md), and the next tile's MFMAs
-    start at once. Not with bgrad, whose row sums read the tile after its MFMAs, nor MXFP8, whose scale
-    words, loaded after the MFMAs, would then wait for the DMA issued just before them.
+    The hand-over (``handover``) inside the loop, in tile t's last K chunk: as soon as every wave is done
+    reading tile t (with two K chunks, bf16 / fp16: the chunk's start, its fragments were read during chunk
+    0; with one, FP8: the last B repetition) the release barrier and at once the DMA of tile t + 2 into
+    tile t's stage; then the publish (tile t + 1 has landed, tile t + 2 still in flight) and with two K
+    chunks tile t + 1's chunk-0 reads. The refill goes out before the wait for the tile before it, so the
+    memory stream never drains: waiting for tile t + 1 first left the port idle a whole memory latency
+    every tile (docs/kernels.md, "Why PR 676's bf16 is predicted faster"). Not with bgrad, whose row sums
+    read the tile after its MFMAs, nor MXFP8, whose scale words, loaded after the MFMAs, would then wait
+    for the DMA issued just before them: they release and refill after the MFMAs (``gemm_kernel``).
     """
 
     def __init__(
@@ -568,7 +578,7 @@ class _Mma:
             for issue in fills:
                 issue()
         elif const_expr(next_stage is not None):
-            hand_over = [functools.partial(_sync, True), *fills]
+            hand_over = [_release, *fills, functools.partial(_publish, len(fills))]
             if const_expr(k_chunks > 1):
                 hand_over += [issue for side in self.reads(next_stage, 0) for issue in side]
         if const_expr(not self.handover or k_chunks == 1):
@@ -582,8 +592,7 @@ class _Mma:
             if const_expr(kc == k_chunks - 1):
                 # With one K chunk the tile's own B reads run to the start of the last repetition: the
                 # hand-over, which lets the next DMA overwrite this stage, waits for that one.
-                reps = HANDOVER_REPS if k_chunks > 1 else 1
-                upcoming.append(((b_reps - reps) * a_reps, hand_over))
+                upcoming.append((0 if k_chunks > 1 else (b_reps - 1) * a_reps, hand_over))
             mfma.gemm(
                 self.acc,
                 self.frag_rhs[None, None, kc],
@@ -668,52 +677,73 @@ def gemm_kernel(
     o_buf = fx.rocdl.make_buffer_tensor(out, max_size=False)
     fill = _Fill(p, wg, lds, a_buf, b_buf, m, n, k, ld_lhs, ld_rhs)
     mma = _Mma(p, tiled_mma, tid, lds, o_buf, elem_a, elem_b)
-    # Stage 5, the K loop. Ping-pong: the barrier after the wait both publishes tile t and proves every wave
-    # has finished reading the stage that the next fill overwrites (it was read in iteration t - 1).
-    # Inside the runtime loops and branches only these plain names are called: FlyDSL carries every local
-    # whose method is called there as loop state (``fill.stage(...)`` would make ``fill`` an scf iter_arg).
-    sync, fill_stage, multiply, a_stage = _sync, fill.stage, mma.multiply, lds.a_stage
+    # Stage 5, the K loop. Ping-pong, two tiles ahead: tile t + 2 refills tile t's stage once every wave is
+    # done reading it (the release), before the wait for tile t + 1 (the publish). Inside the runtime loops
+    # and branches only these plain names are called: FlyDSL carries every local whose method is called
+    # there as loop state (``fill.stage(...)`` would make ``fill`` an scf iter_arg).
+    sync, release, publish = _sync, _release, _publish
+    fill_stage, multiply, a_stage = fill.stage, mma.multiply, lds.a_stage
     if const_expr(p.mx):
         # Groups of four K tiles share one scale word per repetition (kernels/mx.py); a group's words are
-        # loaded after the MFMAs of the tile before it and waited for with its first tile's DMA.
+        # loaded after the MFMAs of the tile before it, before that tile's refill, and waited for with the
+        # publish of its first tile.
         sw_rhs, sw_lhs = mma.scale_words(lhs_scale, rhs_scale, wg, m, n)
         steps = mx.STEPS_PER_WORD
         groups = (k_tiles + steps - 1) // steps
         # One K tile per iteration; tile t's scales are byte t % 4 of the group's words, which the
         # MFMAs read as byte 0: the words shift down one byte per tile (kernels/mx.py).
+        # After tile t's MFMAs (and the next words, so that the publish's in-order vmcnt covers them): the
+        # release, tile t + 2's DMA into tile t's stage, then the publish of tile t + 1 with that DMA still
+        # in flight (the memory stream does not drain; see _Mma's hand-over).
         fill.issue(0, 0)
         words = (mx.load_words(sw_rhs, 0, groups), mx.load_words(sw_lhs, 0, groups))
+        sync()
+        fill.issue(1, 1)
         for t in range(0, k_tiles - 1, 1):
-            sync()
-            multiply(t % 2, words, fill_stage((t + 1) % 2, t + 1))
+            multiply(t % 2, words)
             if (t + 1) % steps == 0:
                 group = (t + 1) // steps
                 words = (mx.load_words(sw_rhs, group, groups), mx.load_words(sw_lhs, group, groups))
             else:
                 words = mx.next_byte(words)
-        sync()
+            release()
+            refill = fill_stage(t % 2, t + 2)  # past K, as in the last iteration, it loads zeros
+            for issue in refill:
+                issue()
+            publish(len(refill))
         last = (k_tiles < 1).select(1, k_tiles)  # K = 0 multiplies the zero-filled stage 0
         multiply((last + 1) % 2, words)
     else:
         # bgrad (kernels/rowsum.py): after each tile's MFMAs the first tile column adds lhs's rows up in LDS.
+        # Pinned without the hand-over (bgrad): the release, tile t + 2's DMA and tile t + 1's publish come
+        # after the tile's MFMAs and row sums, as for MXFP8. LLVM's own MFMAs (fp32) keep the sync at the
+        # top of the loop with tile t + 1's DMA right after it.
         sums = rowsum.start(p)
         fill.issue(0, 0)
-        if const_expr(mma.handover):
+        if const_expr(p.pinned):
             # Tile 1's DMA right after tile 0's sync, and tile 0's chunk-0 reads (bf16 / fp16).
             sync()
             fill.issue(1, 1)
-            if const_expr(mma.k_chunks > 1):
+            if const_expr(mma.handover and mma.k_chunks > 1):
                 mma.issue_reads(0, 0)
         for t in range(0, k_tiles - 1, 1):
             if const_expr(mma.handover):
                 # Tile t + 2 goes into tile t's stage (past K, as in the last iteration, it loads zeros).
                 multiply(t % 2, None, fill_stage(t % 2, t + 2), (t + 1) % 2)
+            elif const_expr(p.pinned):
+                multiply(t % 2)
             else:
                 sync()
                 multiply(t % 2, None, fill_stage((t + 1) % 2, t + 1))
             if const_expr(p.epi_rowsum) and bn == 0:
                 sums = rowsum.add(p, sums, a_stage(t % 2), lds.a_layout, elem_a, tid)
-        if const_expr(not mma.handover):
+            if const_expr(p.pinned and not mma.handover):
+                release()
+                refill = fill_stage(t % 2, t + 2)  # as the hand-over's: tile t's stage, zeros past K
+                for issue in refill:
+                    issue()
+                publish(len(refill))
+        if const_expr(not p.pinned):
             sync()
         # The last tile sits in stage (k_tiles - 1) % 2; K = 0 has none, and multiplies the zeros that the
         # all-out-of-bounds fill of tile 0 left in stage 0, giving beta * out.

@@ -14,7 +14,8 @@ With ``tile_k == 128`` one K tile is one K-step, and a group of four K tiles sha
 loop runs one tile per iteration, so tile ``t``'s byte, ``t % 4``, is a runtime value: the MFMA reads
 byte 0 (``op_sel`` 0) and after each tile the words move down one byte (:func:`next_byte`, 16
 ``v_lshrrev``), or, after a group's last tile, the next group's words are loaded. Those loads are
-issued after the tile's MFMAs and waited for with the next tile's DMA, so only one set of words
+issued after the tile's MFMAs, before the refill of its stage, and waited for with the next tile
+(``gemm_kernel``'s publish, whose in-order ``vmcnt`` leaves only that refill in flight), so only one set of words
 (16 VGPRs on 2 x 2 waves) is ever live. (Unrolling the group would make the byte an ``op_sel``
 immediate and save the shifts, at four copies of the loop body.)
 
