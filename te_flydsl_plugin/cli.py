@@ -350,9 +350,9 @@ def doctor_report() -> dict[str, Any]:
                          "fix": "pip install flydsl (Linux x86_64 wheels)"})  # fmt: skip
     te_path = None
     try:
-        from .host import te
+        from .host import te_probe
 
-        te_path = te.active_path() if hasattr(te, "active_path") else None
+        te_path = te_probe.active_path()
     except Exception as exc:  # doctor reports, it never fails on a broken TE
         te_path = f"unknown ({type(exc).__name__}: {exc})"
     return {
@@ -387,7 +387,7 @@ _PATH_WORDS = {
 
 
 def _te_path_words(info: dict[str, Any] | str | None) -> str:
-    """host/te.py's ``active_path()`` as one line of words (docs/te-seam.md lists the paths)."""
+    """host/te_probe.py's ``active_path()`` as one line of words (docs/te-seam.md lists the paths)."""
     if not isinstance(info, dict):
         return info or "unknown"
     words = _PATH_WORDS.get(info["path"], info["path"])

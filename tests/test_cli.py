@@ -280,12 +280,12 @@ def test_help_is_plain_text_and_every_flag_says_what_it_does():
 
 
 def test_doctor_prints_the_te_gemm_path_as_words(capsys, monkeypatch):
-    from te_flydsl_plugin.host import te
+    from te_flydsl_plugin.host import te_probe
 
     info = {"path": "te-in-tree", "transformer_engine": "2.9.0", "plugin_installed": False,
             "in_tree": {"getter_present": True, "neutralised": False, "flydsl_kernels_module": True,
                         "answer": "'flydsl'"}}  # fmt: skip
-    monkeypatch.setattr(te, "active_path", lambda: info)
+    monkeypatch.setattr(te_probe, "active_path", lambda: info)
     code, out, _ = run(capsys, "doctor")
     (line,) = [x for x in out.splitlines() if x.startswith("TE GEMM path:")]
     assert code == 0 and "{" not in line and "TE 2.9.0" in line and "in-tree" in line and "'flydsl'" in line, line

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from te_flydsl_plugin.host import autoload, te, views
+from te_flydsl_plugin.host import autoload, te, te_in_tree, te_probe, views
 from te_flydsl_plugin.host.views import Unsupported
 from te_flydsl_plugin.operands import Fp8Operand, MXFP8Operand
 from te_flydsl_plugin.spec import Format
@@ -170,7 +170,7 @@ def test_rocm_in_tree_path_stands_aside_while_installed(fake_rocm_te: Path, monk
     gemm = importlib.import_module("transformer_engine.pytorch.cpp_extensions.gemm")
     a, b = torch.randn(5, 3), torch.randn(4, 3)
     assert gemm.general_gemm(a, b) == "in-tree"  # the in-tree path takes the call first
-    assert te.active_path()["path"] == "te-in-tree"
+    assert te_probe.active_path()["path"] == "te-in-tree"
     original = gemm.get_gemm_backend
 
     writes: list[str] = []
@@ -180,7 +180,7 @@ def test_rocm_in_tree_path_stands_aside_while_installed(fake_rocm_te: Path, monk
     assert not writes  # the "default" answer was computed without writing the process environment
     torch.testing.assert_close(gemm.general_gemm(a, b), b @ a.T)
     assert gemm.IN_TREE_CALLS == ["TN"]
-    info = te.active_path()
+    info = te_probe.active_path()
     assert info["path"] == "plugin" and info["in_tree"] == {
         "getter_present": True,
         "neutralised": True,
@@ -207,17 +207,17 @@ def test_default_answer_is_the_getters_own_without_the_environment(monkeypatch) 
     def unseen():  # reads the real environment through a closure: the private copy never sees it
         return environ["NVTE_GEMM_BACKEND"].lower()
 
-    assert te._default_answer(getter) is backend.DEFAULT and getter() is backend.FLYDSL
-    assert te._default_answer(unseen) == "default"  # TE's documented default, not the live "flydsl"
+    assert te_in_tree.default_answer(getter) is backend.DEFAULT and getter() is backend.FLYDSL
+    assert te_in_tree.default_answer(unseen) == "default"  # TE's documented default, not the live "flydsl"
     assert os.environ["NVTE_GEMM_BACKEND"] == "FlyDSL"
 
 
 def test_active_path_on_plain_te(fake_te: Path) -> None:
-    assert te.active_path()["path"] == "te-not-loaded"
+    assert te_probe.active_path()["path"] == "te-not-loaded"
     importlib.import_module("transformer_engine.pytorch")
-    assert te.active_path()["path"] == "te"
+    assert te_probe.active_path()["path"] == "te"
     te.install()
-    info = te.active_path()
+    info = te_probe.active_path()
     assert info["path"] == "plugin" and info["transformer_engine"] == "2.20.2+fake"
     assert info["in_tree"]["getter_present"] is False
 

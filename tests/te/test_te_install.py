@@ -19,16 +19,16 @@ def test_generic_gemm_is_replaced_and_restored() -> None:
     import transformer_engine_torch as tex
 
     import te_flydsl_plugin
-    from te_flydsl_plugin.host import te
+    from te_flydsl_plugin.host import te_probe
 
     native = tex.generic_gemm
     with plugin_installed():
         assert te_flydsl_plugin.is_installed()
         assert tex.generic_gemm is not native and tex.generic_gemm.__te_flydsl_native__ is native
         assert te_flydsl_plugin.install() is False  # idempotent, no nesting
-        assert te.active_path()["path"] == "plugin"
+        assert te_probe.active_path()["path"] == "plugin"
     assert tex.generic_gemm is native and not te_flydsl_plugin.is_installed()
-    assert te.active_path()["path"] == "te"  # NVIDIA TE has no in-tree GEMM backend getter
+    assert te_probe.active_path()["path"] == "te"  # NVIDIA TE has no in-tree GEMM backend getter
 
 
 def test_general_gemm_reaches_the_plugin_at_call_time() -> None:
