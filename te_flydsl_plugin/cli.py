@@ -299,7 +299,7 @@ def doctor_report() -> dict[str, Any]:
     import torch
 
     from .device import current_arch
-    from .host import dispatch, registry
+    from .host import dispatch, hotpath, registry
 
     problems: list[dict[str, str]] = []
     versions = {
@@ -348,6 +348,10 @@ def doctor_report() -> dict[str, Any]:
     if versions["flydsl"] is None:
         problems.append({"problem": "flydsl is not installed: no kernels can be compiled",
                          "fix": "pip install flydsl (Linux x86_64 wheels)"})  # fmt: skip
+    if hotpath.MODULE is None:
+        problems.append({"problem": f"the compiled decision path is {hotpath.WHY_NOT.split(';')[0]}: each GEMM call "
+                                    "is decided in Python, a few microseconds more a call",
+                         "fix": hotpath.REBUILD})  # fmt: skip
     te_path = None
     try:
         from .host import te_probe
@@ -369,6 +373,7 @@ def doctor_report() -> dict[str, Any]:
         "target_arch": settings.target_arch or None,
         "strict": settings.strict,
         "te_gemm_path": te_path,
+        "decision_path": hotpath.describe(),
         "gfx950_compile": {
             "ld_lld": lld,
             "llvm_objdump": objdump,
@@ -413,6 +418,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         f"selected backend: {rep['selected_backend']}",
         f"executor: {rep['executor'] or '-'} (requested {rep['executor_requested']})",
         f"TE GEMM path: {_te_path_words(rep['te_gemm_path'])}",
+        f"decision path: {rep['decision_path']}",
         f"gfx950 compile possible: {rep['gfx950_compile']['possible']} (ld.lld: {rep['gfx950_compile']['ld_lld']})",
     ]
     lines += ["problems: none"] if not rep["problems"] else ["problems:"]

@@ -3,10 +3,10 @@
 Every call is executed right (checked against TE's layout math in float64, shapes included), declined to
 TE with its arguments exactly as given (the very objects): always so for an argument TE 2.20's
 signature lacks (an unknown keyword, a 23rd positional), which TE's own binding then judges. Never an
-exception from inside the plugin,
-never a wrong or reshaped result. The calls mix storage offsets, strides, devices (CPU, meta, mixed),
-dtypes, shapes (empty dims, batched B, K off the vector), NaN/Inf, and operand descriptors whose fields
-contradict each other; the oracle never asks the plugin's own check what should happen.
+exception from inside the plugin, never a wrong or reshaped result. The calls mix storage offsets,
+strides, sparse tensors, devices (CPU, meta, mixed), dtypes, shapes (empty dims, batched B, K off the
+vector), NaN/Inf, and operand descriptors whose fields contradict each other; the oracle never asks the
+plugin's own check what should happen. Both decision paths hold it: the compiled one and the Python one.
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ ODD = (
     "d_transposed", "d_offset1", "bias_wrong_length", "bias_meta", "bias_empty", "gelu_in_transposed",
     "out_none", "out_fp64", "quantizer", "comm", "unknown_keyword", "extra_positional", "fp8_no_data",
     "fp8_no_transpose", "fp8_offset", "fp8_dtype", "fp8_meta_scale", "contradicting", "batched",
-    "epilogue_elsewhere", "alpha_beta", "d_not_tensor", "bias_not_tensor",
+    "epilogue_elsewhere", "alpha_beta", "d_not_tensor", "bias_not_tensor", "a_sparse", "d_sparse",
 )  # fmt: skip
 EPILOGUES = {Layout.TN: ("plain", "bias", "gelu", "bias_gelu"), Layout.NN: ("plain", "dgelu", "dgelu_bgrad"),
              Layout.NT: ("plain", "bgrad")}  # fmt: skip
@@ -97,6 +97,9 @@ def _plain_operand(shape, fmt, gen, odd, name):
     dtype = torch.float64 if f"fp64_{name}" in odd else PLAIN[fmt]
     if f"{name}_meta" in odd:
         return torch.empty(shape, dtype=dtype, device="meta"), None
+    if f"{name}_sparse" in odd:  # no strides to read: never a GEMM operand
+        t = torch.zeros(shape, dtype=dtype)
+        return (t.to_sparse_csr() if t.dim() == 2 else t.to_sparse()), None
     x = torch.randn(shape, generator=gen, dtype=torch.float64) * 0.5
     for special, value in (("nan", math.nan), ("inf", math.inf)):
         if special in odd and x.numel() and name == "b":
@@ -191,7 +194,8 @@ def calls(draw: Any, emulator: bool = False) -> Case:
     if "out_fp64" in odd:
         out_dtype = torch.float64
     D = None
-    d_kind = next((x for x in ("d_meta", "d_wrong_shape", "d_transposed", "d_offset1") if x in odd), None)
+    d_kind = next((x for x in ("d_meta", "d_wrong_shape", "d_transposed", "d_offset1", "d_sparse") if x in odd),
+                  None)  # fmt: skip
     if d_kind is None and draw(st.booleans()):
         d_kind = "right"
     if "out_none" in odd:
@@ -199,6 +203,8 @@ def calls(draw: Any, emulator: bool = False) -> Case:
     d_dtype = out_dtype if out_dtype is not None else torch.float32
     if d_kind == "d_meta":
         D = torch.empty(out_shape, dtype=d_dtype, device="meta")
+    elif d_kind == "d_sparse":
+        D = torch.zeros(out_shape, dtype=d_dtype).to_sparse()
     elif d_kind == "d_wrong_shape":
         D = torch.randn(n, m * max(math.prod(batch), 1)).to(d_dtype)
     elif d_kind is not None:
@@ -272,9 +278,10 @@ def _assert_matches(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
     assert err < TOL[got.dtype], f"{what}: relative error {err:.3g}"
 
 
-def _hold_contract(case: Case, native) -> str:
-    """Run one call through the wrapper and assert the contract; returns what happened."""
-    gemm = tp.wrap_generic_gemm(native)
+def _hold_contract(case: Case, native, compiled: bool | None = None) -> str:
+    """Run one call through the wrapper (``compiled``: which decision path, wrap_generic_gemm's argument)
+    and assert the contract; returns what happened."""
+    gemm = tp.wrap_generic_gemm(native, compiled=compiled)
     tp.reset_stats()
     native.calls.clear()
     D = case.args[4]
@@ -313,23 +320,25 @@ _QUIET = [HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck
 
 
 @pytest.mark.filterwarnings("ignore::te_flydsl_plugin.host.dispatch.FallbackWarning")
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled-path", "python-path"])
 @pytest.mark.parametrize("executor_dispatcher", ["reference"], indirect=True)
 @settings(max_examples=300, deadline=None, suppress_health_check=_QUIET, derandomize=True)
 @given(case=calls())
-def test_reference_executor_holds_the_call_contract(executor_dispatcher, native, case):
-    event(_hold_contract(case, native))
+def test_reference_executor_holds_the_call_contract(executor_dispatcher, native, compiled, case):
+    event(_hold_contract(case, native, compiled))
 
 
 @pytest.mark.emulator
 @pytest.mark.filterwarnings("ignore::te_flydsl_plugin.host.dispatch.FallbackWarning")
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled-path", "python-path"])
 @pytest.mark.parametrize("executor_dispatcher", ["emulator"], indirect=True)
 @settings(max_examples=12, deadline=None, suppress_health_check=_QUIET, derandomize=True)
 @given(case=calls(emulator=True))
-def test_emulator_executor_holds_the_call_contract(executor_dispatcher, native, case):
+def test_emulator_executor_holds_the_call_contract(executor_dispatcher, native, compiled, case):
 
     if llvm.find_ld_lld() is None:
         pytest.skip("no ld.lld >= 18: gfx950 code cannot be compiled")
-    event(_hold_contract(case, native))
+    event(_hold_contract(case, native, compiled))
 
 
 @pytest.mark.parametrize("executor_dispatcher", ["reference"], indirect=True)

@@ -26,8 +26,11 @@ if ! python3 -c "import torch" 2>/dev/null; then
   python3 -m pip install -q "torch==2.13.0"
 fi
 
-echo "setup: installing te-flydsl-plugin[test]"
-python3 -m pip install -q -e ".[test]"
+# Without build isolation, so setup.py builds the compiled decision path (host/_hotpath.cpp) against the
+# torch installed above, as TE itself is built; setuptools is the one build dependency it then needs here.
+echo "setup: installing te-flydsl-plugin[test] (compiling its decision path against this torch, ~1 min)"
+python3 -m pip install -q "setuptools>=68"
+python3 -m pip install -q --no-build-isolation -e ".[test]"
 
 # Pinned: the tests know these code objects' kernel-argument structs (aiter's launchers of this version).
 AITER_VERSION="0.1.7.post2.dev18"

@@ -80,20 +80,25 @@ class Tally:
     """A call counter the hot path bumps without a lock.
 
     ``hit()`` is ``next`` on an ``itertools.count``: one C call, atomic under the GIL (~50 ns), so
-    concurrent GEMMs never lose a count. Reading it takes one number too, so :meth:`value` subtracts
-    its own reads; readers hold the dispatcher's lock.
+    concurrent GEMMs never lose a count; the compiled decision path advances the same ``_count``. Reading
+    it takes one number too, so :meth:`value` subtracts its own reads; readers hold the dispatcher's lock.
+    :meth:`reset` zeroes it in place, so whoever holds the counter keeps counting into it.
     """
 
-    __slots__ = ("_reads", "hit")
+    __slots__ = ("_count", "_reads", "hit")
 
     def __init__(self) -> None:
-        self.hit = itertools.count().__next__
+        self._count = itertools.count()
+        self.hit = self._count.__next__
         self._reads = 0
 
     def value(self) -> int:
         n = self.hit() - self._reads
         self._reads += 1
         return n
+
+    def reset(self) -> None:
+        self._reads = self.hit() + 1
 
 
 class Decision:
@@ -235,10 +240,10 @@ class Dispatcher:
         """Zero the counters and forget which warnings were given (verdicts stay cached)."""
         with self._lock:
             for dec in self.cache.values():
-                dec.tally = Tally()
+                dec.tally.reset()
                 dec.loud = not dec.ok
             self._warned.clear()
-            self._idle = Tally()
+            self._idle.reset()
 
     def report(self) -> str:
         """The exit report: where GEMMs ran, per backend, per reason, the most frequent fallbacks."""

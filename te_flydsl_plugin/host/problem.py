@@ -68,17 +68,24 @@ def _present(t: Any) -> bool:
 
 
 def _not_tensors(call: GemmCall) -> dict[str, Any]:
-    """D, bias, gelu_in given as something other than a tensor; alpha, beta that are not numbers; a D
-    that is a tensor subclass (TE's quantized ``Float8Tensor`` D): its bytes are not its values, so the
-    backend never writes into it."""
+    """D, bias, gelu_in given as something other than a strided tensor (sparse, nested); alpha, beta that
+    are not numbers; a D that is a tensor subclass (TE's quantized ``Float8Tensor`` D): its bytes are not
+    its values, so the backend never writes into it."""
     odd = {k: v for k, v in (("D", call.D), ("bias", call.bias), ("gelu_in", call.gelu_in))
-           if v is not None and not isinstance(v, torch.Tensor)}  # fmt: skip
+           if v is not None and not (isinstance(v, torch.Tensor) and views.strided(v))}  # fmt: skip
     if call.D is not None and isinstance(call.D, torch.Tensor) and type(call.D) not in views.PLAIN_TENSORS:
         odd["D"] = call.D
     for k, v in (("alpha", call.alpha), ("beta", call.beta)):
         if v is not None and not isinstance(v, (int, float)):
             odd[k] = v
     return odd
+
+
+def _kind(v: Any) -> str:
+    """What an odd argument is, in words: its class, and for a tensor without strides its layout."""
+    if isinstance(v, torch.Tensor) and not views.strided(v):
+        return "nested tensor" if v.is_nested else f"{v.layout} tensor"
+    return type(v).__qualname__
 
 
 def _aux_format(call: GemmCall, low_precision: bool, result: Format) -> Format | None:
@@ -104,7 +111,7 @@ def build(call: GemmCall, a_spec: OperandSpec, b_spec: OperandSpec, arch: str, d
     if odd:
         plain = dataclasses.replace(call, **{k: (1.0 if k == "alpha" else None) for k in odd})
         p = build(plain, a_spec, b_spec, arch, device_type)
-        why = "; ".join(f"{k} is a {type(v).__qualname__}" for k, v in odd.items())
+        why = "; ".join(f"{k} is a {_kind(v)}" for k, v in odd.items())
         return dataclasses.replace(p, shape_error="; ".join(e for e in (p.shape_error, why) if e))
     layout = Layout.of(call.transA, call.transB)
     m, n, ka, kb, out_shape = gemm_dims(layout, a_spec.shape, b_spec.shape)

@@ -33,7 +33,7 @@ Converter = Callable[[Any], View]
 
 # torch's dtypes (dtypes.py), framework dtypes the seams register, and Formats, which name themselves so
 # callers without torch or TE dtypes (the CLI) can pass them directly.
-_dtype_formats: dict[Any, Format] = {**FORMAT_OF_TORCH, **{f: f for f in Format}}
+DTYPE_FORMATS: dict[Any, Format] = {**FORMAT_OF_TORCH, **{f: f for f in Format}}
 _converters: dict[type, Converter] = {}
 _lock = threading.Lock()
 
@@ -46,7 +46,22 @@ def _identity(x: Any) -> View:
 # may hold bytes that are not its values).
 PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 
-for _cls in (*PLAIN_TENSORS, Fp8Operand, MXFP8Operand, OutputQuantizer, Unsupported):
+
+def strided(t: torch.Tensor) -> bool:
+    """Whether ``t`` has the sizes, strides and start a GEMM operand is read by (not sparse, not nested)."""
+    return t.layout is torch.strided and not t.is_nested
+
+
+def _plain(t: torch.Tensor) -> View:
+    if strided(t):
+        return t
+    kind = "a nested" if t.is_nested else f"a {t.layout}"
+    return Unsupported(Format.OTHER, (), f"{kind} tensor: no GEMM backend reads its layout")
+
+
+for _cls in PLAIN_TENSORS:
+    _converters[_cls] = _plain
+for _cls in (Fp8Operand, MXFP8Operand, OutputQuantizer, Unsupported):
     _converters[_cls] = _identity
 
 
@@ -65,13 +80,13 @@ def register(cls: type, to_view: Converter, key: Callable[[Any], Any] | None = N
 
 def register_dtype(value: Any, fmt: Format) -> None:
     """Name a framework dtype value (e.g. TE's ``tex.DType.kBFloat16``) as a Format."""
-    _dtype_formats[value] = fmt
+    DTYPE_FORMATS[value] = fmt
 
 
 def format_of_dtype(value: Any) -> Format:
     """The Format of a torch dtype or a registered framework dtype; ``OTHER`` when unknown."""
     try:
-        return _dtype_formats.get(value, Format.OTHER)
+        return DTYPE_FORMATS.get(value, Format.OTHER)
     except TypeError:  # unhashable
         return Format.OTHER
 
@@ -80,7 +95,7 @@ def _shape_of(x: Any) -> tuple[int, ...]:
     """``x.shape`` as ints where it has one that reads as such, else ``()``."""
     try:
         return tuple(int(s) for s in getattr(x, "shape", ()))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RuntimeError):  # RuntimeError: a nested tensor has no sizes
         return ()
 
 

@@ -10,6 +10,7 @@ the problem is derived from, so a cached decision is always the decision for thi
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -17,7 +18,7 @@ import torch
 
 from ..device import arch_of
 from ..spec import GemmCall, Reason, ReasonCode
-from . import dispatch, problem, signature, views
+from . import dispatch, hotpath, problem, signature, views
 from .signature import TAIL_KEYWORDS
 
 _PLAIN = views.PLAIN_TENSORS  # a module global: the hot path reads it without an attribute lookup
@@ -40,8 +41,33 @@ def _device(v: Any) -> tuple[str, int | None]:
     return (t.device.type, t.device.index) if t is not None else ("cpu", None)
 
 
-def wrap_generic_gemm(native: Callable[..., Any]) -> Callable[..., Any]:
-    """Return ``generic_gemm`` dispatching through the current dispatcher, falling back to ``native``."""
+def wrap_generic_gemm(native: Callable[..., Any], *, compiled: bool | None = None) -> Callable[..., Any]:
+    """Return ``generic_gemm`` dispatching through the current dispatcher, falling back to ``native``.
+
+    ``compiled``: None (the default) takes the compiled decision path where this install has it
+    (``host/hotpath.py``), else the Python one; True insists on it (RuntimeError naming why it is not
+    here); False takes the Python path. Both decide every call the same way: the compiled one hands each
+    call it does not recognise, and each key it sees first, to the Python code below.
+    """
+    python_path = _python_wrapper(native)
+    if compiled is False or (compiled is None and hotpath.MODULE is None):
+        if compiled is None and hotpath.BROKEN:
+            warnings.warn(f"[te-flydsl-plugin] the compiled decision path {hotpath.WHY_NOT}", RuntimeWarning,
+                          stacklevel=2)  # fmt: skip
+        return python_path
+    if hotpath.MODULE is None:
+        raise RuntimeError(f"the compiled decision path is {hotpath.WHY_NOT}")
+    fast = hotpath.MODULE.Wrapper(
+        native, python_path, _decide, _run, vars(dispatch), _PLAIN, views.DTYPE_FORMATS, signature.REQUIRED,
+        signature.TAIL, tuple(signature.DEFAULTS.values()), _ALIGN,
+    )  # fmt: skip
+    functools.update_wrapper(fast, native)
+    fast.__te_flydsl_native__ = native
+    return fast
+
+
+def _python_wrapper(native: Callable[..., Any]) -> Callable[..., Any]:
+    """The decision path in Python: the definition the compiled one (``_hotpath.cpp``) defers to."""
 
     @functools.wraps(native)
     def generic_gemm(*args: Any, **kwargs: Any) -> Any:
@@ -50,61 +76,9 @@ def wrap_generic_gemm(native: Callable[..., Any]) -> Callable[..., Any]:
             if d.backend is not None:
                 d.ran_unavailable()
             return native(*args, **kwargs)
-        # TE passes sixteen positionals and the tail by keyword; anything else is bound as TE's binding
-        # would bind it (TypeError where TE raises one), read only, and forwarded as it came. Arguments
-        # TE 2.20 has not are TE's to judge: such a call is declined (host.signature).
-        unknown: tuple[str, ...] = ()
-        if len(args) == 16 and kwargs.keys() <= TAIL_KEYWORDS:  # a set view: no set is built
-            required, get = args, kwargs.get
-        else:
-            required, tail, unknown = signature.bind(args, kwargs)
-            get = tail.get
-        A, transA, B, transB, D, quantizer, output_dtype, bias, _, gelu, gelu_in, grad, _, _, accumulate, _ = required
-        comm, ctype, extra = get("comm_overlap"), get("comm_type"), get("extra_output")
-        bulk, alpha, beta = get("bulk_overlap", False), get("alpha", 1.0), get("beta")
-        # The key holds everything a verdict depends on: per tensor dtype, shape, contiguity, start
-        # (storage offset modulo _ALIGN) and device; the flags. A and B are flat fields of one tuple:
-        # building, hashing and comparing it is the hot path's cost, and nesting would add to it.
-        if type(A) in _PLAIN:
-            va = A
-            a0, a1, a2, a3, a4 = A.dtype, A.shape, A.is_contiguous(), A.storage_offset() % _ALIGN, A.device
-        else:
-            va = views.view(A)
-            a0, a1, a2, a3, a4 = views.key_of(va), None, None, None, None
-        if type(B) in _PLAIN:
-            vb = B
-            b0, b1, b2, b3, b4 = B.dtype, B.shape, B.is_contiguous(), B.storage_offset() % _ALIGN, B.device
-        else:
-            vb = views.view(B)
-            b0, b1, b2, b3, b4 = views.key_of(vb), None, None, None, None
-        # An output quantizer is keyed by what its descriptor is built from; the descriptor is built only
-        # to decide or to run.
-        qkey = None if quantizer is None else views.quantizer_key(quantizer)
-        # D, bias and gelu_in are keyed only when given (TE passes them rarely): a shorter key hashes and
-        # compares faster. One that is not a tensor is keyed by its type; the problem declines it (SHAPE).
-        if D is None and bias is None and gelu_in is None:
-            rest = None
-        else:
-            rest = (_extra_key(D, True), _extra_key(bias, False), _extra_key(gelu_in, False))
-        key = (
-            a0, a1, a2, a3, a4, b0, b1, b2, b3, b4, transA, transB, output_dtype, gelu, grad, accumulate,
-            qkey, comm is None and ctype is None and extra is None, bulk, alpha, beta, rest,
-        )  # fmt: skip
-        if unknown:
-            key = (key, unknown)
-        decision = d.cache.get(key)
-        vq = None
-        if decision is None:
-            vq = views.quantizer_of(quantizer, executable=True)
-            dev = _device(vb)
-            arch = d.settings.target_arch or arch_of(*dev)
-            call = _call(va, vb, vq, required, (comm, ctype, extra, bulk, alpha, beta))
-            p = problem.build(call, views.spec_of(va), views.spec_of(vb), arch, dev[0])
-            decision = d.decide(key, p, _unknown_reason(unknown) if unknown else None)
+        decision, state = _lookup(d, args, kwargs)
         if decision.ok:
-            vq = vq or views.quantizer_of(quantizer, executable=True)
-            call = _call(va, vb, vq, required, (comm, ctype, extra, bulk, alpha, beta))
-            out = d.backend.run(decision.problem, call)
+            out = _execute(d, decision, *state)
             decision.tally.hit()
             return out
         decision.tally.hit()
@@ -116,11 +90,100 @@ def wrap_generic_gemm(native: Callable[..., Any]) -> Callable[..., Any]:
     return generic_gemm
 
 
+def _lookup(d: dispatch.Dispatcher, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[dispatch.Decision, Any]:
+    """The call's cached Decision (``d.decide`` runs ``check`` once per new key) and what running it needs."""
+    # TE passes sixteen positionals and the tail by keyword; anything else is bound as TE's binding
+    # would bind it (TypeError where TE raises one), read only, and forwarded as it came. Arguments
+    # TE 2.20 has not are TE's to judge: such a call is declined (host.signature).
+    unknown: tuple[str, ...] = ()
+    if len(args) == 16 and kwargs.keys() <= TAIL_KEYWORDS:  # a set view: no set is built
+        required, get = args, kwargs.get
+    else:
+        required, tail, unknown = signature.bind(args, kwargs)
+        get = tail.get
+    A, transA, B, transB, D, quantizer, output_dtype, bias, _, gelu, gelu_in, grad, _, _, accumulate, _ = required
+    comm, ctype, extra = get("comm_overlap"), get("comm_type"), get("extra_output")
+    bulk, alpha, beta = get("bulk_overlap", False), get("alpha", 1.0), get("beta")
+    # The key holds everything a verdict depends on: per tensor dtype, shape, contiguity, start
+    # (storage offset modulo _ALIGN) and device; the flags. A and B are flat fields of one tuple:
+    # building, hashing and comparing it is the hot path's cost, and nesting would add to it.
+    # A plain tensor is its own view and keyed by its metadata; a sparse or nested one has no strides to
+    # read (RuntimeError) and is viewed (as Unsupported) and keyed like any other object.
+    va = None
+    if type(A) in _PLAIN:
+        try:
+            a0, a1, a2, a3, a4 = A.dtype, A.shape, A.is_contiguous(), A.storage_offset() % _ALIGN, A.device
+            va = A
+        except RuntimeError:
+            pass
+    if va is None:
+        va = views.view(A)
+        a0, a1, a2, a3, a4 = views.key_of(va), None, None, None, None
+    vb = None
+    if type(B) in _PLAIN:
+        try:
+            b0, b1, b2, b3, b4 = B.dtype, B.shape, B.is_contiguous(), B.storage_offset() % _ALIGN, B.device
+            vb = B
+        except RuntimeError:
+            pass
+    if vb is None:
+        vb = views.view(B)
+        b0, b1, b2, b3, b4 = views.key_of(vb), None, None, None, None
+    # An output quantizer is keyed by what its descriptor is built from; the descriptor is built only
+    # to decide or to run.
+    qkey = None if quantizer is None else views.quantizer_key(quantizer)
+    # D, bias and gelu_in are keyed only when given (TE passes them rarely): a shorter key hashes and
+    # compares faster. One that is not a tensor is keyed by its type; the problem declines it (SHAPE).
+    if D is None and bias is None and gelu_in is None:
+        rest = None
+    else:
+        rest = (_extra_key(D, True), _extra_key(bias, False), _extra_key(gelu_in, False))
+    key = (
+        a0, a1, a2, a3, a4, b0, b1, b2, b3, b4, transA, transB, output_dtype, gelu, grad, accumulate,
+        qkey, comm is None and ctype is None and extra is None, bulk, alpha, beta, rest,
+    )  # fmt: skip
+    if unknown:
+        key = (key, unknown)
+    tail_values = (comm, ctype, extra, bulk, alpha, beta)
+    decision = d.cache.get(key)
+    if decision is None:
+        vq = views.quantizer_of(quantizer, executable=True)
+        dev = _device(vb)
+        arch = d.settings.target_arch or arch_of(*dev)
+        call = _call(va, vb, vq, required, tail_values)
+        p = problem.build(call, views.spec_of(va), views.spec_of(vb), arch, dev[0])
+        decision = d.decide(key, p, _unknown_reason(unknown) if unknown else None)
+    return decision, (va, vb, quantizer, required, tail_values)
+
+
+def _execute(d: dispatch.Dispatcher, decision: dispatch.Decision, va: Any, vb: Any, quantizer: Any,
+             required: tuple[Any, ...], tail_values: tuple[Any, ...]) -> Any:  # fmt: skip
+    """Run a call its Decision accepted on the backend."""
+    vq = views.quantizer_of(quantizer, executable=True)
+    return d.backend.run(decision.problem, _call(va, vb, vq, required, tail_values))
+
+
+def _decide(d: dispatch.Dispatcher, *args: Any, **kwargs: Any) -> dispatch.Decision:
+    """The compiled path's question for a key it sees first: this call's Decision (nothing runs)."""
+    return _lookup(d, args, kwargs)[0]
+
+
+def _run(d: dispatch.Dispatcher, decision: dispatch.Decision, *args: Any, **kwargs: Any) -> Any:
+    """The compiled path's run of an accepted call; it takes only calls of sixteen positionals, the tail
+    by keyword, plain tensors and no output quantizer, which are their own views."""
+    get = kwargs.get
+    tail_values = (get("comm_overlap"), get("comm_type"), get("extra_output"), get("bulk_overlap", False),
+                   get("alpha", 1.0), get("beta"))  # fmt: skip
+    return _execute(d, decision, args[0], args[2], args[5], args, tail_values)
+
+
 def _extra_key(t: Any, start: bool) -> Any:
     """The key of D (``start``: its storage offset counts), bias or gelu_in: what the problem reads of it.
     None, a non-tensor or a tensor subclass (a quantized D) is keyed by its type; the problem declines it."""
     if type(t) not in _PLAIN:
         return type(t)
+    if not views.strided(t):  # sparse, nested: the problem declines it (problem._not_tensors)
+        return type(t), t.layout, t.is_nested
     if start:
         return t.dtype, t.shape, t.is_contiguous(), t.storage_offset() % _ALIGN, t.device
     return t.dtype, t.shape, t.is_contiguous(), t.device
