@@ -509,7 +509,8 @@ def _isa_table(rows: list[dict[str, Any]]) -> list[str]:
 def _kloop_table(rows: list[dict[str, Any]]) -> list[str]:
     """One steady-state K iteration per config (kloop.py); with --lds, bank-conflict cycles per wave."""
     lds = any("lds" in r["kloop"] for r in rows)
-    head = ("config", "insts", "mfma", "passes", "mca", "floor", "ratio", "slots/pass", "waitcnt", "nop", "barrier")
+    head = ("config", "tiles", "insts", "mfma", "passes", "mca", "floor", "ratio", "slots/pass", "waitcnt", "nop",
+            "barrier")  # fmt: skip
     head += ("conflicts/iter", "epilogue") if lds else ()
     table: list[tuple[Any, ...]] = [head]
     notes = sorted({r["kloop"]["mca_note"] for r in rows if r["kloop"].get("mca_note")})
@@ -519,12 +520,16 @@ def _kloop_table(rows: list[dict[str, Any]]) -> list[str]:
             table.append((r["config"], "no K loop", *[""] * (len(head) - 2)))
             continue
         c = k["by_class"]
-        row = (r["config"], k["instructions"], k["mfma"], k["mfma_passes"], k["mca_cycles"] or "-", k["xdl_floor"],
-               k["ratio"] or "-", k["slots_per_pass"], c["s_waitcnt"], c["s_nop"], c["s_barrier"])  # fmt: skip
+        row = (r["config"], k.get("k_tiles", 1), k["instructions"], k["mfma"], k["mfma_passes"],
+               k["mca_cycles"] or "-", k["xdl_floor"], k["ratio"] or "-", k["slots_per_pass"], c["s_waitcnt"],
+               c["s_nop"], c["s_barrier"])  # fmt: skip
         if lds:
             row += (k["lds"]["per_iteration"]["conflict_cycles"], k["lds"]["epilogue"]["conflict_cycles"])
         table.append(row)
-    out = ["K loop, one steady-state iteration per wave (llvm-mca; cycles of 4 clocks; floor = MFMA passes):"]
+    out = [
+        "K loop, one steady-state iteration per wave (llvm-mca; cycles of 4 clocks; floor = MFMA passes; "
+        "tiles: the K tiles it multiplies):"
+    ]
     out += _columns(table)
     out += [f"llvm-mca: {n}" for n in notes]
     if lds:

@@ -109,9 +109,10 @@ def static_bound(cfg: KernelConfig, isa: dict[str, Any], m: int, n: int, k: int)
     conflicts = kl["lds"]["per_iteration"]["conflict_cycles"] if "lds" in kl else 0.0
     lds_clocks = res * cfg.waves * ((kl["lds_read_bytes"] + kl["lds_write_bytes"]) / BYTES_PER_CLOCK + conflicts)
     iter_clocks = max(kl["mca_cycles"] * CLOCKS_PER_PASS, pipe * CLOCKS_PER_PASS, lds_clocks)
+    k_tiles = kl.get("k_tiles", 1)  # K tiles one iteration multiplies (MXFP8: four)
     tiles = _ceil(m, cfg.tile_m) * _ceil(n, cfg.tile_n)
     rounds = _ceil(tiles, CUS * res)
-    compute_s = rounds * _ceil(k, cfg.tile_k) * iter_clocks / CLOCK_HZ
+    compute_s = rounds * _ceil(k, cfg.tile_k) * iter_clocks / k_tiles / CLOCK_HZ
     memory_s = gemm_bytes(cfg, m, n, k) / HBM_BYTES_PER_S
     seconds = max(compute_s, memory_s)
     flops = 2 * m * n * k

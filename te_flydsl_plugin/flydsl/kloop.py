@@ -28,6 +28,7 @@ still orders the loads): ``mca_cycles``. ``mca_cycles_upper`` feeds the original
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import tempfile
 from collections.abc import Sequence
@@ -226,17 +227,33 @@ def mca_cycles(body: Sequence[Inst], arch: str = "gfx950", fp8: Sequence[str] = 
     return [(h - low) / (MCA_ITERATIONS[1] - MCA_ITERATIONS[0]) for low, h in zip(lo, hi, strict=True)]
 
 
-def report(insts: Sequence[Inst], arch: str = "gfx950") -> dict[str, Any]:
+def macs(inst: Inst) -> int:
+    """Multiply-accumulates of one MFMA per lane-group, M * N * K from its mnemonic (``..._16x16x128_...``)."""
+    shape = _SHAPE.search(inst.opcode)
+    if shape is None:
+        raise ValueError(f"no MxNxK in {inst.opcode}")
+    m, n, k = map(int, shape.groups())
+    return m * n * k
+
+
+_SHAPE = re.compile(r"_(\d+)x(\d+)x(\d+)")
+
+
+def report(insts: Sequence[Inst], arch: str = "gfx950", tile_macs: int | None = None) -> dict[str, Any]:
     """The ``kloop`` object of one kernel's decoded instructions (precompile's report).
 
     ``found`` False (and nothing else) when no loop holds an MFMA. llvm-mca's figures are None, with
     the reason in ``mca_note``, when llvm-mca is absent or fails; the static counts never depend on it.
+    Every figure is of one loop iteration; ``tile_macs`` (one wave's multiply-accumulates of one K tile)
+    gives ``k_tiles``, the K tiles an iteration multiplies (MXFP8's loop runs four, one scale-word group).
     """
     lp = k_loop(insts)
     if lp is None:
         return {"found": False}
     rep: dict[str, Any] = {"found": True, "start": f"0x{lp.start:x}", "end": f"0x{lp.end:x}"}
     rep |= static_report(lp.body)
+    if tile_macs:
+        rep["k_tiles"] = round(sum(macs(i) for i in lp.body if is_mfma(i)) / tile_macs, 3)
     rep["fp8_mfma_corrected"] = sum(1 for i in lp.body if is_mfma(i) and _mca_undercounts(i))
     keys = {"substitute": "mca_cycles", "duplicate": "mca_cycles_upper", "none": "mca_cycles_uncorrected"}
     try:

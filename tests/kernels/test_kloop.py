@@ -163,7 +163,7 @@ def test_precompile_cli_table_and_json(capsys: pytest.CaptureFixture[str]) -> No
     assert rc == 0 and "K loop, one steady-state iteration" in out
     head = next(ln for ln in out.splitlines() if "ratio" in ln and "slots/pass" in ln)
     row = out.splitlines()[out.splitlines().index(head) + 1].split()
-    assert row[0] == only and row[5] == "512"  # floor
+    assert row[0] == only and row[1] == "1.0" and row[6] == "512"  # one K tile an iteration; the floor
     rc, out, _ = _cli(capsys, "precompile", "--only", only, "--json", "--lds")
     (rep,) = json.loads(out)["kernels"]
     lds = rep["kloop"]["lds"]["per_iteration"]

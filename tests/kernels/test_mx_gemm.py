@@ -90,9 +90,11 @@ def test_mx_configs_cover_every_kind_and_layout() -> None:
 @pytest.mark.compile
 @pytest.mark.parametrize("k_major", [(True, True), (True, False), (False, False)], ids=["tn", "nn", "nt"])
 def test_mx_isa_feeds_scales_from_registers(k_major: tuple[bool, bool]) -> None:
-    """Real scales: the scale operands are VGPRs holding byte 0 of the tile's words (op_sel and
-    op_sel_hi 0), the words arrive by dword buffer loads (one per repetition and 512 K), not through
-    LDS, and the N/M-major operands' fragments come through gfx950's transposing 8-bit LDS read."""
+    """Real scales: the scale operands are VGPRs holding the tile's words, the MFMA reading byte
+    ``op_sel + 2 * op_sel_hi`` of both (op_sel_hi always spelled out): bytes 0 - 3 in the unrolled
+    loop of whole groups (TN, NN), byte 0 of shifted words where both operands are transposed (NT);
+    the words arrive by dword buffer loads (one per repetition and 512 K), not through LDS, and the
+    N/M-major operands' fragments come through gfx950's transposing 8-bit LDS read."""
     cfg = KernelConfig(F.MXFP8_E4M3, F.MXFP8_E5M2, *k_major, F.BF16, tile_k=mx.TILE_K)
     rep = isa.isa_report(cfg)
     assert rep["ok"] and rep["scratch_bytes"] == 0 and rep["spills"] == 0, rep
@@ -101,7 +103,16 @@ def test_mx_isa_feeds_scales_from_registers(k_major: tuple[bool, bool]) -> None:
     assert len(mfmas) == rep["mfma_count"] > 0
     scale_regs = r"a\[\d+:\d+\], v\[\d+:\d+\], v\[\d+:\d+\], a\[\d+:\d+\], v\d+, v\d+ "
     assert all(re.search(scale_regs, s) for s in mfmas), "accumulators in AGPRs, scale operands per-lane VGPRs"
-    assert all("op_sel:[" not in s and "op_sel_hi:[0,0,0]" in s for s in mfmas), "byte 0 of each word"
+
+    def byte(mfma: str) -> int:
+        lo = re.search(r"op_sel:\[(\d),(\d),0\]", mfma)
+        hi = re.search(r"op_sel_hi:\[(\d),(\d),0\]", mfma)
+        assert hi is not None, "op_sel_hi spelled out (the assembler's default would select byte 2)"
+        lo_bits = (int(lo[1]), int(lo[2])) if lo else (0, 0)
+        assert lo_bits[0] == lo_bits[1] and hi[1] == hi[2], "both operands read the same byte"
+        return lo_bits[0] + 2 * int(hi[1])
+
+    assert {byte(s) for s in mfmas} == ({0} if k_major == (False, False) else {0, 1, 2, 3})
     # The MMA's A operand is rhs (kernels/mfma.py): E5M2 rhs -> cbsz:1, E4M3 lhs -> blgp 0, not printed.
     assert all("cbsz:1" in s and "blgp" not in s for s in mfmas)
     # 16 word loads per 512 K (8 + 8 repetitions on 2 x 2 waves), before the loop and in it (bf16 output:

@@ -505,7 +505,9 @@ class _Mma:
         self.lds = lds
         self.tiled_mma = tiled_mma
         self.k_chunks = p.tile_k // p.mma_k
-        self.handover = p.pinned and not p.epi_rowsum and not p.mx
+        # MXFP8 with both operands through transposing reads (mn) keeps its hand-over after the MFMAs:
+        # its unrolled loop would spill (gemm_kernel).
+        self.handover = p.pinned and not p.epi_rowsum and (not p.mx or p.lhs_k_major or p.rhs_k_major)
         self.thr_mma = tiled_mma.thr_slice(tid)
         self.s2r_rhs = _s2r_atom(p, elem_b, p.rhs_k_major)
         self.s2r_lhs = _s2r_atom(p, elem_a, p.lhs_k_major)
@@ -549,12 +551,18 @@ class _Mma:
             issue()
 
     def multiply(
-        self, stage: fx.Int32, words: tuple | None = None, fills: Sequence[Callable[[], None]] = (), next_stage=None
+        self,
+        stage: fx.Int32,
+        words: tuple | None = None,
+        fills: Sequence[Callable[[], None]] = (),
+        next_stage=None,
+        byte: int = 0,
     ) -> None:
         """One K tile from LDS stage ``stage``. Without ``handover``, ``fills`` (the DMA issuers of the next
         tile) go out first, before the tile's fragment reads; with it, they are tile t + 2's, issued with
         the hand-over of ``next_stage`` (None for the last tile), and with two K chunks chunk 0's
-        fragments are already read. MXFP8 passes its (rhs, lhs) scale ``words`` (byte 0)."""
+        fragments are already read. MXFP8 passes its (rhs, lhs) scale ``words`` and the ``byte`` of
+        them that scales this tile."""
         p, k_chunks = self.p, self.k_chunks
         if const_expr(not p.pinned):
             # LLVM's own MFMA selection (fp32: KernelConfig.agpr_accumulators): its scheduler
@@ -603,6 +611,7 @@ class _Mma:
                 words,
                 upcoming,
                 self.fenced,
+                byte,
             )
 
     def scale_words(
@@ -699,18 +708,43 @@ def gemm_kernel(
         words = (mx.load_words(sw_rhs, 0, groups), mx.load_words(sw_lhs, 0, groups))
         sync()
         fill.issue(1, 1)
-        for t in range(0, k_tiles - 1, 1):
-            multiply(t % 2, words)
-            if (t + 1) % steps == 0:
-                group = (t + 1) // steps
-                words = (mx.load_words(sw_rhs, group, groups), mx.load_words(sw_lhs, group, groups))
-            else:
+        rest = 0
+        if const_expr(mma.handover):
+            # Whole groups, unrolled: tile j of a group reads byte j of its words (op_sel, no shifts), and
+            # the next group's words are loaded before the group's last tile, before its refill. vmcnt
+            # counts in issue order, so a wait for words loaded after tile t + 1's DMA waits for that
+            # tile too: LLVM puts such a wait where the words' registers are next read or written, and
+            # with a load at a group boundary of a one-tile loop that fell inside the hand-over.
+            for g in range(0, (k_tiles - 1) // steps, 1):
+                for j in range_constexpr(steps):
+                    t = g * steps + j  # t % 2 == j % 2: the stages are constants here
+                    if const_expr(j == steps - 1):  # two groups' words live during this tile only
+                        ahead = (mx.load_words(sw_rhs, g + 1, groups), mx.load_words(sw_lhs, g + 1, groups))
+                    multiply(j % 2, words, fill_stage(j % 2, t + 2), (j + 1) % 2, j)  # past K: zeros
+                words = ahead
+            rest = (k_tiles < 1).select(0, (k_tiles - 1) // steps * steps)  # // floors: K = 0 starts at 0
+        for t in range(rest, k_tiles - 1, 1):
+            if const_expr(mma.handover):
+                # The last group but its last tile, one at a time (it crosses no group boundary): the
+                # words shift down a byte a tile.
+                multiply(t % 2, words, fill_stage(t % 2, t + 2), (t + 1) % 2)
                 words = mx.next_byte(words)
-            release()
-            refill = fill_stage(t % 2, t + 2)  # past K, as in the last iteration, it loads zeros
-            for issue in refill:
-                issue()
-            publish(len(refill))
+            else:
+                # Both operands through transposing reads (mn): the unrolled loop's registers would spill,
+                # so one tile at a time with the hand-over after the MFMAs and, at a group's end, after the
+                # next words' loads (the publish's in-order vmcnt covers them): release, tile t + 2's DMA
+                # into tile t's stage, the publish of tile t + 1 with that DMA in flight.
+                multiply(t % 2, words)
+                if (t + 1) % steps == 0:
+                    group = (t + 1) // steps
+                    words = (mx.load_words(sw_rhs, group, groups), mx.load_words(sw_lhs, group, groups))
+                else:
+                    words = mx.next_byte(words)
+                release()
+                refill = fill_stage(t % 2, t + 2)  # past K, as in the last iteration, it loads zeros
+                for issue in refill:
+                    issue()
+                publish(len(refill))
         last = (k_tiles < 1).select(1, k_tiles)  # K = 0 multiplies the zero-filled stage 0
         multiply((last + 1) % 2, words)
     else:

@@ -66,17 +66,19 @@ def mnemonic(a_elem: str, b_elem: str, mx: bool) -> str:
     return _MNEMONIC[a_elem]
 
 
-def _asm(a_elem: str, b_elem: str, mx: bool) -> tuple[str, str]:
-    """The asm text and constraints of one MFMA: ``$0`` D (= C, AGPRs), ``$1`` A, ``$2`` B, ``$3/$4`` scales."""
+def _asm(a_elem: str, b_elem: str, mx: bool, byte: int = 0) -> tuple[str, str]:
+    """The asm text and constraints of one MFMA: ``$0`` D (= C, AGPRs), ``$1`` A, ``$2`` B, ``$3/$4`` scales
+    (MXFP8: their byte ``byte``)."""
     op = mnemonic(a_elem, b_elem, mx)
     if a_elem not in _F8_CODE:
         return f"{op} $0, $1, $2, $0", "=a,v,v,0"
     formats = f"cbsz:{_F8_CODE[a_elem]} blgp:{_F8_CODE[b_elem]}"
     if not mx:
         return f"{op} $0, $1, $2, $0 {formats}", "=a,v,v,0"
-    # The scale is byte 0 of each word (kernels/mx.py shifts it there). op_sel_hi must be spelled out:
-    # the assembler's default, [1,1,1], would select byte 2 (docs/mxfp8-layout.md).
-    sel = "op_sel:[0,0,0] op_sel_hi:[0,0,0]"
+    # Byte op_sel + 2 * op_sel_hi of each scale word, for both operands (docs/mxfp8-layout.md). op_sel_hi
+    # is always spelled out: the assembler's default, [1,1,1], would select byte 2.
+    lo, hi = byte & 1, byte >> 1
+    sel = f"op_sel:[{lo},{lo},0] op_sel_hi:[{hi},{hi},0]"
     return f"{op} $0, $1, $2, $0, $3, $4 {sel} {formats}", "=a,v,v,v,v,0"
 
 
@@ -100,12 +102,13 @@ def gemm(
     words: tuple[list[fx.Int32], list[fx.Int32]] | None = None,
     interleave: Sequence[tuple[int, Sequence[Callable[[], None]]]] = (),
     fenced: tuple[bool, bool] = (True, True),
+    byte: int = 0,
 ) -> None:
     """One K chunk of the wave's MFMAs: ``acc[:, i, j] += A[:, i] . B[:, j]``, accumulators in AGPRs.
 
     ``acc`` is the tiled MMA's C fragment ``(4, a_reps, b_reps)``, ``frag_a`` / ``frag_b`` its A / B
     fragments ``(values, reps)`` of one K chunk. MXFP8 passes the E8M0 scale words of each A and B
-    repetition, this K-step's scale in byte 0 (kernels/mx.py).
+    repetition, this K-step's scale in byte ``byte`` (kernels/mx.py).
 
     The MFMAs keep their program order (side-effecting asm: neither the scheduler nor memory
     operations cross them), so this is where the kernel schedules. They run B repetition by B
@@ -123,7 +126,7 @@ def gemm(
     not read for 2 wait states: such a fragment passes through a fence before its first MFMA (A's
     together, B's one by one). A fragment an LDS read writes needs none (its ``s_waitcnt`` orders it).
     """
-    text, constraints = _asm(a_elem, b_elem, mx)
+    text, constraints = _asm(a_elem, b_elem, mx, byte)
     f32x4 = T.vec(4, T.f32)
     a_reps = fx.size(acc.shape[1]).get_static_leaf_int
     b_reps = fx.size(acc.shape[2]).get_static_leaf_int
