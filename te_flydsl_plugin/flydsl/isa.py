@@ -136,7 +136,7 @@ def isa_report(cfg: KernelConfig, arch: str = "gfx950") -> dict[str, Any]:
         "spills": r.vgpr_spill_count + r.sgpr_spill_count,
         "compile_s": round(ck.compile_seconds, 2),
         "from_disk": ck.from_disk,
-        "kloop": kloop.report(kloop.instructions(text), arch, cfg.tile_m * cfg.tile_n * cfg.tile_k // cfg.waves),
+        "kloop": kloop.report(kloop.instructions(text), arch, cfg.wave_macs),
         "checks": checks,
         "ok": all(checks.values()),
     }

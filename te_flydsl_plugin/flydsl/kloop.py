@@ -239,6 +239,11 @@ def macs(inst: Inst) -> int:
 _SHAPE = re.compile(r"_(\d+)x(\d+)x(\d+)")
 
 
+def k_tiles(loop: Loop, tile_macs: int) -> float:
+    """The K tiles one iteration of ``loop`` multiplies, given one wave's multiply-accumulates of a tile."""
+    return round(sum(macs(i) for i in loop.body if is_mfma(i)) / tile_macs, 3)
+
+
 def report(insts: Sequence[Inst], arch: str = "gfx950", tile_macs: int | None = None) -> dict[str, Any]:
     """The ``kloop`` object of one kernel's decoded instructions (precompile's report).
 
@@ -253,7 +258,7 @@ def report(insts: Sequence[Inst], arch: str = "gfx950", tile_macs: int | None = 
     rep: dict[str, Any] = {"found": True, "start": f"0x{lp.start:x}", "end": f"0x{lp.end:x}"}
     rep |= static_report(lp.body)
     if tile_macs:
-        rep["k_tiles"] = round(sum(macs(i) for i in lp.body if is_mfma(i)) / tile_macs, 3)
+        rep["k_tiles"] = k_tiles(lp, tile_macs)
     rep["fp8_mfma_corrected"] = sum(1 for i in lp.body if is_mfma(i) and _mca_undercounts(i))
     keys = {"substitute": "mca_cycles", "duplicate": "mca_cycles_upper", "none": "mca_cycles_uncorrected"}
     try:

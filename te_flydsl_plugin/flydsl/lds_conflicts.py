@@ -1,9 +1,10 @@
 """LDS bank conflicts of a kernel config, counted from the addresses its lanes really use in the emulator.
 
-One output tile (workgroup 0, every wave) runs with K = :data:`K_TILES` K tiles, so the K loop runs
-in its steady state more than once, and the emulator counts each DS instruction's bank cycles under
-gfx950's model (``emulator/lds_banks.py``). Operand values do not matter to addresses, so the
-operands are zeros. The counts are split by where the instruction sits relative to the K loop
+One output tile (workgroup 0, every wave) runs with K = :data:`K_TILES` K tiles (more for a loop
+of several tiles an iteration), so the K loop runs in its steady state more than once, and the
+emulator counts each DS instruction's bank cycles under gfx950's model (``emulator/lds_banks.py``).
+Operand values do not matter to addresses, so the operands are zeros. The counts are split by where
+the instruction sits relative to the K loop
 (``kloop.k_loop``): per K iteration per wave for the loop body, and per wave for the code after the
 loop ("epilogue": the last K tile the software pipeline peels off the loop, then the output stores)
 and before it ("prologue").
@@ -20,7 +21,7 @@ from .compiled import compile_config
 from .kernels import gemm
 from .kernels.config import KernelConfig
 
-K_TILES = 4  # K tiles of the probe launch: the loop runs K_TILES - 1 times (the pipeline peels the last)
+K_TILES = 4  # K tiles of the probe launch: a one-tile loop runs K_TILES - 1 times (the pipeline peels the last)
 
 
 def launch_values(cfg: KernelConfig, k: int) -> list[Any]:
@@ -64,7 +65,12 @@ def tile_report(cfg: KernelConfig, arch: str = "gfx950", code_object: bytes | No
 
     ck = compile_config(cfg, arch)
     co = ck.code_object if code_object is None else code_object
-    k = K_TILES * cfg.tile_k
+    loop = kloop.k_loop(kloop.instructions(llvm.disassemble(co, arch)))
+    if loop is None:
+        raise ValueError(f"{cfg.name}: no K loop (a loop holding MFMAs) in the disassembly")
+    # A loop of several K tiles an iteration (MXFP8's scale-word groups) runs twice, past its remainder.
+    per = kloop.k_tiles(loop, cfg.wave_macs)
+    k = max(K_TILES, 2 * round(per) + 1) * cfg.tile_k
     values = launch_values(cfg, k)  # held until the launch ends: the kernarg holds their addresses
     kernarg = emulator.pack_flydsl_kernarg(co, ck.kernel, values)
     block = (gemm.block_size(cfg), 1, 1)
@@ -73,9 +79,6 @@ def tile_report(cfg: KernelConfig, arch: str = "gfx950", code_object: bytes | No
     )
     del values
     assert rep.lds_banks is not None
-    loop = kloop.k_loop(kloop.instructions(llvm.disassemble(co, arch)))
-    if loop is None:
-        raise ValueError(f"{cfg.name}: no K loop (a loop holding MFMAs) in the disassembly")
     waves = rep.waves_per_workgroup
     iterations = rep.address_counts.get(loop.start, 0) / waves
     stats = rep.lds_banks

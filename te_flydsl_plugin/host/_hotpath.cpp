@@ -274,14 +274,8 @@ PyObject* finish(Wrapper* self, PyObject* d, const Entry& e, PyObject* const* ar
   return PyObject_Vectorcall(self->native, args, nargsf, kwnames);
 }
 
-PyObject* wrapper_call(PyObject* obj, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
-  Wrapper* self = reinterpret_cast<Wrapper*>(obj);
-  PyObject* d = PyDict_GetItemWithError(self->globals, s_current);  // borrowed
-  if (d == nullptr && PyErr_Occurred()) return nullptr;
-  if (d == nullptr || d == Py_None) {  // no dispatcher yet: the Python path creates it
-    ++self->handed;
-    return PyObject_Vectorcall(self->python_path, args, nargsf, kwnames);
-  }
+// One call, with the dispatcher `d` held (any Python it runs may replace host.dispatch._current).
+PyObject* dispatch_call(Wrapper* self, PyObject* d, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
   if (d != self->last && !refresh(self, d)) return nullptr;
   if (self->passthrough) {
     if (self->has_backend) {
@@ -307,7 +301,6 @@ PyObject* wrapper_call(PyObject* obj, PyObject* const* args, size_t nargsf, PyOb
     Py_DECREF(e.count);
     return out;
   }
-  Py_INCREF(d);  // decide() may run Python that replaces the dispatcher
   PyObject* decision = call_with(self->decide, &d, 1, args, nargsf, kwnames);
   PyObject* ok = decision ? PyObject_GetAttr(decision, s_ok) : nullptr;
   PyObject* tally = ok ? PyObject_GetAttr(decision, s_tally) : nullptr;
@@ -327,6 +320,19 @@ PyObject* wrapper_call(PyObject* obj, PyObject* const* args, size_t nargsf, PyOb
   }
   Py_XDECREF(decision);
   Py_XDECREF(count);
+  return out;
+}
+
+PyObject* wrapper_call(PyObject* obj, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  Wrapper* self = reinterpret_cast<Wrapper*>(obj);
+  PyObject* d = PyDict_GetItemWithError(self->globals, s_current);  // borrowed
+  if (d == nullptr && PyErr_Occurred()) return nullptr;
+  if (d == nullptr || d == Py_None) {  // no dispatcher yet: the Python path creates it
+    ++self->handed;
+    return PyObject_Vectorcall(self->python_path, args, nargsf, kwnames);
+  }
+  Py_INCREF(d);
+  PyObject* out = dispatch_call(self, d, args, nargsf, kwnames);
   Py_DECREF(d);
   return out;
 }

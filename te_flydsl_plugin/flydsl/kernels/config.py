@@ -85,6 +85,12 @@ class KernelConfig:
         return self.lhs_format is not Format.FP32
 
     @property
+    def wave_macs(self) -> int:
+        """One wave's multiply-accumulates of one K tile: what the K-loop report divides a loop's MFMA
+        work by to count the tiles an iteration multiplies (flydsl/kloop.py)."""
+        return self.tile_m * self.tile_n * self.tile_k // self.waves
+
+    @property
     def name(self) -> str:
         maj = ("k" if self.lhs_k_major else "m") + ("k" if self.rhs_k_major else "n")
         return (
