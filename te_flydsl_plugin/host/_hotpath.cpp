@@ -337,18 +337,16 @@ PyObject* wrapper_call(PyObject* obj, PyObject* const* args, size_t nargsf, PyOb
   return out;
 }
 
+// The objects the wrapper holds one reference to each, beside its arrays and the map's entries.
+std::array<PyObject**, 9> members(Wrapper* self) {
+  return {&self->dict,    &self->native, &self->python_path, &self->decide, &self->run,
+          &self->globals, &self->plain,  &self->dtypes,      &self->last};
+}
+
 int wrapper_traverse(PyObject* obj, visitproc visit, void* arg) {
   Wrapper* self = reinterpret_cast<Wrapper*>(obj);
   Py_VISIT(Py_TYPE(obj));
-  Py_VISIT(self->dict);
-  Py_VISIT(self->native);
-  Py_VISIT(self->python_path);
-  Py_VISIT(self->decide);
-  Py_VISIT(self->run);
-  Py_VISIT(self->globals);
-  Py_VISIT(self->plain);
-  Py_VISIT(self->dtypes);
-  Py_VISIT(self->last);
+  for (PyObject** member : members(self)) Py_VISIT(*member);
   for (auto* value : self->defaults) Py_VISIT(value);
   for (int i = 0; i < self->n_known; ++i) Py_VISIT(self->known[i]);
   if (self->map != nullptr) {
@@ -363,15 +361,7 @@ int wrapper_traverse(PyObject* obj, visitproc visit, void* arg) {
 int wrapper_clear(PyObject* obj) {
   Wrapper* self = reinterpret_cast<Wrapper*>(obj);
   clear_map(self);
-  Py_CLEAR(self->dict);
-  Py_CLEAR(self->native);
-  Py_CLEAR(self->python_path);
-  Py_CLEAR(self->decide);
-  Py_CLEAR(self->run);
-  Py_CLEAR(self->globals);
-  Py_CLEAR(self->plain);
-  Py_CLEAR(self->dtypes);
-  Py_CLEAR(self->last);
+  for (PyObject** member : members(self)) Py_CLEAR(*member);
   for (auto& name : self->tail) Py_CLEAR(name);
   for (auto& value : self->defaults) Py_CLEAR(value);
   for (int i = 0; i < self->n_known; ++i) Py_CLEAR(self->known[i]);

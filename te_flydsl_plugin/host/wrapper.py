@@ -104,31 +104,10 @@ def _lookup(d: dispatch.Dispatcher, args: tuple[Any, ...], kwargs: dict[str, Any
     A, transA, B, transB, D, quantizer, output_dtype, bias, _, gelu, gelu_in, grad, _, _, accumulate, _ = required
     comm, ctype, extra = get("comm_overlap"), get("comm_type"), get("extra_output")
     bulk, alpha, beta = get("bulk_overlap", False), get("alpha", 1.0), get("beta")
-    # The key holds everything a verdict depends on: per tensor dtype, shape, contiguity, start
-    # (storage offset modulo _ALIGN) and device; the flags. A and B are flat fields of one tuple:
-    # building, hashing and comparing it is the hot path's cost, and nesting would add to it.
-    # A plain tensor is its own view and keyed by its metadata; a sparse or nested one has no strides to
-    # read (RuntimeError) and is viewed (as Unsupported) and keyed like any other object.
-    va = None
-    if type(A) in _PLAIN:
-        try:
-            a0, a1, a2, a3, a4 = A.dtype, A.shape, A.is_contiguous(), A.storage_offset() % _ALIGN, A.device
-            va = A
-        except RuntimeError:
-            pass
-    if va is None:
-        va = views.view(A)
-        a0, a1, a2, a3, a4 = views.key_of(va), None, None, None, None
-    vb = None
-    if type(B) in _PLAIN:
-        try:
-            b0, b1, b2, b3, b4 = B.dtype, B.shape, B.is_contiguous(), B.storage_offset() % _ALIGN, B.device
-            vb = B
-        except RuntimeError:
-            pass
-    if vb is None:
-        vb = views.view(B)
-        b0, b1, b2, b3, b4 = views.key_of(vb), None, None, None, None
+    # The key holds everything a verdict depends on: per operand its view's key (a plain tensor's dtype,
+    # shape, contiguity, start modulo _ALIGN and device: _operand), the flags.
+    va, ka = _operand(A)
+    vb, kb = _operand(B)
     # An output quantizer is keyed by what its descriptor is built from; the descriptor is built only
     # to decide or to run.
     qkey = None if quantizer is None else views.quantizer_key(quantizer)
@@ -139,13 +118,14 @@ def _lookup(d: dispatch.Dispatcher, args: tuple[Any, ...], kwargs: dict[str, Any
     else:
         rest = (_extra_key(D, True), _extra_key(bias, False), _extra_key(gelu_in, False))
     key = (
-        a0, a1, a2, a3, a4, b0, b1, b2, b3, b4, transA, transB, output_dtype, gelu, grad, accumulate,
+        ka, kb, transA, transB, output_dtype, gelu, grad, accumulate,
         qkey, comm is None and ctype is None and extra is None, bulk, alpha, beta, rest,
     )  # fmt: skip
     if unknown:
         key = (key, unknown)
     tail_values = (comm, ctype, extra, bulk, alpha, beta)
     decision = d.cache.get(key)
+    vq = None
     if decision is None:
         vq = views.quantizer_of(quantizer, executable=True)
         dev = _device(vb)
@@ -153,13 +133,27 @@ def _lookup(d: dispatch.Dispatcher, args: tuple[Any, ...], kwargs: dict[str, Any
         call = _call(va, vb, vq, required, tail_values)
         p = problem.build(call, views.spec_of(va), views.spec_of(vb), arch, dev[0])
         decision = d.decide(key, p, _unknown_reason(unknown) if unknown else None)
-    return decision, (va, vb, quantizer, required, tail_values)
+    return decision, (va, vb, quantizer, vq, required, tail_values)
 
 
-def _execute(d: dispatch.Dispatcher, decision: dispatch.Decision, va: Any, vb: Any, quantizer: Any,
+def _operand(x: Any) -> tuple[Any, tuple[Any, ...]]:
+    """An operand's view and its key. A plain tensor is its own view, keyed by its metadata; a sparse or
+    nested one has no strides to read (RuntimeError) and is viewed (as Unsupported) and keyed like any
+    other object, by ``views.key_of``."""
+    if type(x) in _PLAIN:
+        try:
+            return x, (x.dtype, x.shape, x.is_contiguous(), x.storage_offset() % _ALIGN, x.device)
+        except RuntimeError:
+            pass
+    v = views.view(x)
+    return v, (views.key_of(v),)
+
+
+def _execute(d: dispatch.Dispatcher, decision: dispatch.Decision, va: Any, vb: Any, quantizer: Any, vq: Any,
              required: tuple[Any, ...], tail_values: tuple[Any, ...]) -> Any:  # fmt: skip
-    """Run a call its Decision accepted on the backend."""
-    vq = views.quantizer_of(quantizer, executable=True)
+    """Run a call its Decision accepted on the backend; ``vq``: the quantizer's descriptor where the lookup
+    built one (it decided), else None and built here."""
+    vq = vq or views.quantizer_of(quantizer, executable=True)
     return d.backend.run(decision.problem, _call(va, vb, vq, required, tail_values))
 
 
@@ -174,7 +168,7 @@ def _run(d: dispatch.Dispatcher, decision: dispatch.Decision, *args: Any, **kwar
     get = kwargs.get
     tail_values = (get("comm_overlap"), get("comm_type"), get("extra_output"), get("bulk_overlap", False),
                    get("alpha", 1.0), get("beta"))  # fmt: skip
-    return _execute(d, decision, args[0], args[2], args[5], args, tail_values)
+    return _execute(d, decision, args[0], args[2], args[5], None, args, tail_values)
 
 
 def _extra_key(t: Any, start: bool) -> Any:
