@@ -55,6 +55,12 @@ def _arch(name: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask where the OS has one: a container's or a batch
+    job's share, not the whole host)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def _exc_line(exc: BaseException) -> str:
     """``Type: message``, or just ``Type`` when the message is empty (``NotImplementedError()``)."""
     text = str(exc).strip().splitlines()
@@ -436,6 +442,8 @@ def _counts(x: Any) -> str:
 
 
 def cmd_precompile(args: argparse.Namespace) -> int:
+    if args.jobs is not None and args.jobs < 1:
+        raise CliError(f"--jobs must be at least 1, not {args.jobs}")
     try:
         from .flydsl import family, isa
     except ImportError as exc:
@@ -449,6 +457,7 @@ def cmd_precompile(args: argparse.Namespace) -> int:
         raise CliError(f"--arch: {exc}") from None
     if llvm.find_ld_lld() is None:
         raise CliError("no ld.lld >= 18 found: apt-get install lld-22 (or install ROCm)")
+    jobs = args.jobs or _usable_cpus()
     configs = tuple(c for c in family.BACKED if args.only in c.name)
     if not configs:
         raise CliError(f"no backed kernel config's name contains {args.only!r}")
@@ -456,7 +465,12 @@ def cmd_precompile(args: argparse.Namespace) -> int:
     # terminal, a line per config through a pipe or into a log; stdout stays the result.
     tty = sys.stderr.isatty()
     total = len(configs)
-    print(f"compiling or loading {total} kernel configs for {args.arch} (cold: minutes)", file=sys.stderr, flush=True)
+    workers = min(jobs, total)
+    print(
+        f"compiling or loading {total} kernel configs for {args.arch} in {workers} process(es) (cold: minutes)",
+        file=sys.stderr,
+        flush=True,
+    )
 
     def progress(i: int, n: int, report: dict[str, Any]) -> None:
         how = "cached" if report.get("from_disk") else f"{report['compile_s']}s" if "compile_s" in report else ""
@@ -464,14 +478,14 @@ def cmd_precompile(args: argparse.Namespace) -> int:
         print(f"\r{line[:100]:<100}" if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)
 
     try:
-        rows = isa.precompile(args.arch, progress=progress, configs=configs)
+        rows = isa.precompile(args.arch, progress=progress, configs=configs, jobs=jobs)
         if args.lds:
             from .flydsl import lds_conflicts
 
             for i, (cfg, row) in enumerate(zip(configs, rows, strict=True)):
                 progress(i + 1, len(rows), {"config": f"LDS banks: {cfg.name}"})
                 row["kloop"]["lds"] = lds_conflicts.tile_report(cfg, args.arch)
-    except llvm.ToolchainError as exc:
+    except (llvm.ToolchainError, isa.CompileCrash) as exc:
         raise CliError(str(exc)) from exc
     if tty:
         print(file=sys.stderr)
@@ -749,6 +763,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--arch", default="gfx950", type=_arch, help="compile for this arch (default: gfx950)")
     p.add_argument("--only", default="", help="only configs whose name contains this")
     p.add_argument("--lds", action="store_true", help="also count LDS bank conflicts on one emulated tile per config")
+    p.add_argument("--jobs", type=int, default=None,
+                   help="compile in this many processes (default: the CPUs this process may use)")  # fmt: skip
 
     p = add("estimate", cmd_estimate, "predicted time of every backed config on an LLM shape suite or one shape")
     p.add_argument("--suite", default="llm", choices=["llm", "square"], help="the shape suite (default llm)")

@@ -180,6 +180,13 @@ def test_arch_names_are_case_insensitive(capsys, arch):
     assert "ARCH" not in {r["code"] for r in json.loads(out)["reasons"]}
 
 
+@pytest.mark.parametrize("jobs", ["0", "-3"])
+def test_precompile_jobs_below_one_is_a_one_line_error(capsys, jobs):
+    code, out, err = run(capsys, "precompile", "--jobs", jobs)
+    _one_line_error(code, out, err)
+    assert f"--jobs must be at least 1, not {jobs}" in err
+
+
 def test_a_known_arch_without_kernels_is_not_supported_and_nothing_compiles(capsys, monkeypatch):
     from te_flydsl_plugin.flydsl import isa
 
@@ -316,10 +323,10 @@ def test_precompile_through_a_pipe_reports_progress_on_stderr(capsys, monkeypatc
     monkeypatch.setattr(llvm, "find_ld_lld", lambda: "/usr/bin/ld.lld")
     total = len(family.BACKED)
     for json_flag in ([], ["--json"]):
-        code, out, err = run(capsys, "precompile", *json_flag)
+        code, out, err = run(capsys, "precompile", "--jobs", "1", *json_flag)  # in this process: the patch
         assert code == 0 and out
         lines = err.splitlines()
-        assert f"{total} kernel configs for gfx950" in lines[0], err
+        assert f"{total} kernel configs for gfx950 in 1 process(es)" in lines[0], err
         assert lines[1].startswith(f"[1/{total}] ") and lines[-1].startswith(f"[{total}/{total}] "), err
         assert len(lines) == total + 1 and "\r" not in err
 

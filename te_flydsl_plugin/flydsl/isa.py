@@ -146,19 +146,70 @@ def precompile(
     arch: str = "gfx950",
     progress: Callable[[int, int, dict[str, Any]], None] | None = None,
     configs: tuple[KernelConfig, ...] | None = None,
+    jobs: int = 1,
 ) -> list[dict[str, Any]]:
-    """Compile (or load) ``configs`` (default: :data:`BACKED`) and return one ISA report per config.
+    """Compile (or load) ``configs`` (default: :data:`BACKED`) and return one ISA report per config, in
+    ``configs``' order.
 
-    ``progress(done, total, report)`` is called after each config, for the CLI's progress display.
-    An arch without kernels raises :class:`~te_flydsl_plugin.archs.ArchError` before anything
-    compiles (LLVM aborts the process on some of them: gfx942 cannot expand gfx950's MFMAs).
+    ``jobs`` > 1 compiles in that many worker processes: a config compiles on one core (FlyDSL's tracing in
+    Python, then MLIR's and LLVM's passes), so a cold family compiles up to ``jobs`` times faster on as
+    many cores; the workers fill the same disk cache (``compiled.py``'s writes are atomic).
+    Workers are spawned, not forked, so none inherits a half-initialised LLVM or torch from the caller.
+    ``progress(done, total, report)`` is called after each config, in the order they finish, for the
+    CLI's progress display. An arch without kernels raises :class:`~te_flydsl_plugin.archs.ArchError`
+    before anything compiles (LLVM aborts the process on some of them: gfx942 cannot expand gfx950's
+    MFMAs); a worker that dies raises :class:`CompileCrash` naming a config it held.
     """
     arch = archs.require(arch, matrix.ARCHS)
     todo = BACKED if configs is None else configs
-    reports = []
-    for i, cfg in enumerate(todo):
-        rep = isa_report(cfg, arch)
-        reports.append(rep)
-        if progress is not None:
-            progress(i + 1, len(todo), rep)
-    return reports
+    if jobs < 1:
+        raise ValueError(f"jobs must be at least 1, not {jobs}")
+    if jobs == 1 or len(todo) < 2:
+        reports = []
+        for i, cfg in enumerate(todo):
+            reports.append(isa_report(cfg, arch))
+            if progress is not None:
+                progress(i + 1, len(todo), reports[-1])
+        return reports
+    return _precompile_in_workers(todo, arch, min(jobs, len(todo)), progress)
+
+
+class CompileCrash(RuntimeError):
+    """A compile worker process died (LLVM aborted, or the machine ran out of memory)."""
+
+
+def _precompile_in_workers(
+    todo: tuple[KernelConfig, ...],
+    arch: str,
+    jobs: int,
+    progress: Callable[[int, int, dict[str, Any]], None] | None,
+) -> list[dict[str, Any]]:
+    """:func:`precompile` over ``jobs`` spawned worker processes."""
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures.process import BrokenProcessPool
+
+    reports: list[dict[str, Any] | None] = [None] * len(todo)
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        pending = {pool.submit(isa_report, cfg, arch): i for i, cfg in enumerate(todo)}
+        done = 0
+        try:
+            while pending:
+                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    i = pending.pop(future)
+                    try:
+                        reports[i] = future.result()
+                    except BrokenProcessPool:
+                        raise CompileCrash(
+                            f"a compile worker died while {len(pending) + 1} config(s) were left, among them "
+                            f"{todo[i].name}; `precompile --only {todo[i].name} --jobs 1` shows its own error"
+                        ) from None
+                    done += 1
+                    if progress is not None:
+                        progress(done, len(todo), reports[i])
+        except BaseException:
+            for future in pending:
+                future.cancel()
+            raise
+    return [r for r in reports if r is not None]

@@ -167,6 +167,27 @@ def test_precompile_reports_progress() -> None:
     assert all(r["ok"] and r["compile_s"] >= 0 for r in reports)
 
 
+def test_precompile_in_worker_processes_matches_one_process(tmp_path, monkeypatch) -> None:
+    """``jobs=2``: the reports of spawned workers, in the configs' order, as one process makes them; the
+    workers fill the disk cache (the serial pass after them loads every config from it)."""
+    monkeypatch.setenv("TE_FLYDSL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(compiled, "_memory", {})
+    cfgs = tuple(c for c in family.FAMILY if c.tile_m == 128)[:3]  # the cheapest to compile
+    seen: list[tuple[int, int, str]] = []
+    parallel = isa.precompile("gfx950", lambda i, n, r: seen.append((i, n, r["config"])), cfgs, jobs=2)
+    assert [r["config"] for r in parallel] == [c.name for c in cfgs]
+    assert [s[:2] for s in seen] == [(1, 3), (2, 3), (3, 3)] and {s[2] for s in seen} == {c.name for c in cfgs}
+    assert not any(r["from_disk"] for r in parallel) and len(list(tmp_path.glob("*.hsaco"))) == 3
+    serial = isa.precompile("gfx950", configs=cfgs)
+    assert all(r["from_disk"] for r in serial)
+    timing = ("compile_s", "from_disk")
+    assert [{k: v for k, v in r.items() if k not in timing} for r in parallel] == [
+        {k: v for k, v in r.items() if k not in timing} for r in serial
+    ]
+    with pytest.raises(ValueError, match="at least 1"):
+        isa.precompile("gfx950", configs=cfgs, jobs=0)
+
+
 def test_launcher_compiles_once_per_config() -> None:
     """The flydsl executor's in-process function: compiled for gfx950 from the launch's own
     arguments, then reused for every later launch of the config (any shape)."""
