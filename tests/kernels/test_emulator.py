@@ -74,6 +74,22 @@ def test_host_split_pieces(cfg: KernelConfig) -> None:
     _run_and_check(cfg, m, n, k, 0.5, 0.25, pieces=pieces)
 
 
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        KernelConfig(Format.BF16, Format.BF16, True, False, Format.BF16, waves=4),
+        KernelConfig(Format.FP16, Format.FP16, False, False, Format.FP32, waves=4),
+    ],
+    ids=lambda c: c.name,
+)
+def test_k_pieces_end_mid_tile_on_k_outer_operands(cfg: KernelConfig) -> None:
+    """K pieces whose ends fall inside a K tile: a K-outer operand's tile buffer must stop at the piece's
+    last K row (``gemm._Fill._k_outer_tile``), because the next piece's rows, real data, follow it in
+    memory; reading one of them would add its products to this piece's output."""
+    m, n, k = 304, 264, 3 * 72  # M and N whole 16-byte vectors: the operands N/M-major
+    _run_and_check(cfg, m, n, k, 1.0, 0.5, pieces=piece_grid(m, n, k, 72))
+
+
 def test_misaligned_piece_is_a_clear_error() -> None:
     """A piece starting mid-vector on an operand's contiguous dim is refused, never computed wrong."""
     cfg = KernelConfig(Format.BF16, Format.BF16, False, False, Format.FP32, waves=4)

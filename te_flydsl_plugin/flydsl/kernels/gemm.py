@@ -343,8 +343,8 @@ class _Fill:
         p: GemmParams,
         wg: _Workgroup,
         lds: _Lds,
-        a_buf: fx.Tensor,  # lhs and rhs as buffer tensors (fx.rocdl.make_buffer_tensor)
-        b_buf: fx.Tensor,
+        lhs: fx.Tensor,
+        rhs: fx.Tensor,
         m: fx.Int32,
         n: fx.Int32,
         k: fx.Int32,
@@ -354,6 +354,7 @@ class _Fill:
         self.p = p
         self.lds = lds
         self.k = k
+        self.k_tiles = wg.k_tiles
         self.vec = DMA_BYTES // p.elem_bytes
         self.oob = -(OOB_BYTES // p.elem_bytes)  # wraps to byte offset 2**31 once scaled (config.OOB_BYTES)
         self.dma = fx.make_copy_atom(fx.rocdl.cdna4.BufferLoadAsyncLDS128b(), 128)
@@ -362,12 +363,12 @@ class _Fill:
         self.wave_base = rocdl.readfirstlane(fx.Int32.ir_type, fx.Int32(tid // WAVE_SIZE * WAVE_SIZE * self.vec))
         loads_a = p.tile_m * p.tile_k // self.vec // p.threads
         loads_b = p.tile_n * p.tile_k // self.vec // p.threads
-        self.a = self._plan(a_buf, lds.a_layout, p.tile_m, m, wg.row0, ld_lhs, p.lhs_k_major, loads_a, tid)
-        self.b = self._plan(b_buf, lds.b_layout, p.tile_n, n, wg.col0, ld_rhs, p.rhs_k_major, loads_b, tid)
+        self.a = self._plan(lhs, lds.a_layout, p.tile_m, m, wg.row0, ld_lhs, p.lhs_k_major, loads_a, tid)
+        self.b = self._plan(rhs, lds.b_layout, p.tile_n, n, wg.col0, ld_rhs, p.rhs_k_major, loads_b, tid)
 
     def _plan(
         self,
-        src: fx.Tensor,
+        operand: fx.Tensor,
         layout: fx.Layout,
         rows_tile: int,
         rows: fx.Int32,
@@ -385,9 +386,11 @@ class _Fill:
         block-scaled MFMA expects in that register (``mx.k_of_lds_column``): the fragment reads stay 32
         consecutive bytes and the permutation costs nothing in the K loop (``c`` does not depend on the
         tile). Everything but the K tile's own term is tile-invariant: the element offset of ``(r, c)``
-        at ``k0 = 0`` (a row past the operand's rows already the out-of-bounds offset) stays in a VGPR,
-        the tile's ``k0`` goes into the load's scalar offset (``soffset``), and per tile only the K tail
-        is masked: ``c < k - k0``.
+        at ``k0 = 0`` (a row past the operand's rows already the out-of-bounds offset) stays in a VGPR.
+        K-major, the tile's ``k0`` goes into the load's scalar offset (``soffset``) and per tile only the
+        K tail is masked, ``c < k - k0``, one compare for all of a lane's loads. K-outer, the tile's
+        buffer starts at its first K row and ends with the operand (:meth:`_k_outer_tile`): the
+        hardware's range check masks the K tail, and the VGPR offsets go out as they are.
         """
         p, vec, tile_k = self.p, self.vec, self.p.tile_k
         plan = []
@@ -409,26 +412,67 @@ class _Fill:
             g_k = mx.k_of_lds_column(c) if const_expr(p.mx) else c
             offset = g_row * ld + g_k if const_expr(k_major) else g_k * ld + g_row
             plan.append(((g_row < rows).select(offset, self.oob), g_row, g_k))
+        src = operand if const_expr(p.pinned and not k_major) else fx.rocdl.make_buffer_tensor(operand, max_size=False)
         return src, plan, rows, ld, k_major
+
+    def _k_outer_tile(self, operand: fx.Tensor, ld: fx.Int32, k_tile: fx.Int32 | int) -> fx.Tensor:
+        """A K-outer operand's buffer for K tile ``k_tile``: based at the tile's first K row and holding the
+        rest of the operand (nothing from K on), so that the buffer's range check masks the K tail.
+
+        The view ``[K, rows]`` with leading stride ``ld`` spans ``(K - 1) * ld + rows`` elements. Load
+        ``(row r, K column c)`` of the tile sits at ``c * ld + r`` past the base; ``rows`` and ``r`` are
+        multiples of the 16-byte vector and ``rows <= ld``, so its 16 bytes end within the rest,
+        ``(K - k0 - 1) * ld + rows``, exactly when ``c < K - k0``; a row past ``rows`` already has the
+        out-of-bounds offset (:meth:`_plan`). The base moves, not the scalar offset: the range check
+        is of the VGPR offset (LLVM's AMDGPUUsage, "Relaxed Buffer OOB Mode"). Past K the buffer is
+        empty, based at the operand's start, so every load returns zeros and the base stays in range.
+        A handful of scalar instructions a tile replace each load's K-tail compare and select.
+        """
+        p = self.p
+        if const_expr(p.mx) and not isinstance(k_tile, int):
+            # MXFP8's loop of four tiles: each buffer made where the hand-over issues its tile (k_tile
+            # through an empty asm statement, which stays in order among the MFMAs' asm). Otherwise LLVM
+            # computes all four tiles' buffers at the loop's top, and NT's scalar registers spill.
+            (k_tile,) = (fx.Int32(v) for v in mfma.fence([fx.as_ir_value(fx.Int32(k_tile))], "s", 0))
+        inside = k_tile < self.k_tiles
+        skip = k_tile * (ld * p.tile_k)  # elements; inside the view where the tile is (past K: unused)
+        span = fx.get_scalar(fx.cosize(fx.get_layout(operand)))
+        first = inside.select(skip, 0)
+        left = inside.select((span - skip) * p.elem_bytes, 0)  # < 2**31: the launch's span
+        tile = fx.make_view(fx.get_iter(operand) + fx.Uint64(fx.Uint32(first)), fx.get_layout(operand))
+        return fx.rocdl.make_buffer_tensor(tile, num_records_bytes=left)
 
     def _issuers(self, lds_stage: fx.Pointer, plan: tuple, k_tile: fx.Int32 | int) -> list[Callable[[], None]]:
         """Issuers of one operand's DMA transfers of K tile ``k_tile`` into ``lds_stage`` (:meth:`_plan`)."""
         src, loads, rows, ld, k_major = plan
         k0 = k_tile * self.p.tile_k
+        made: list[fx.Tensor] = []
+
+        def source() -> fx.Tensor:
+            """The tile's source buffer; a K-outer one is made by the tile's first transfer."""
+            if const_expr(not self.p.pinned or k_major):
+                return src
+            if not made:
+                made.append(self._k_outer_tile(src, ld, k_tile))
+            return made[0]
+
         return [
-            functools.partial(self._issue, lds_stage, k0, src, rows, ld, k_major, i, *load)
+            functools.partial(self._issue, lds_stage, k0, source, rows, ld, k_major, i, *load)
             for i, load in enumerate(loads)
         ]
 
-    def _issue(self, lds_stage, k0, src, rows, ld, k_major: bool, i: int, base, g_row, g_k) -> None:
+    def _issue(self, lds_stage, k0, source, rows, ld, k_major: bool, i: int, base, g_row, g_k) -> None:
         """One lane's transfer ``i`` of a K tile starting at global K ``k0`` (``base``, ``g_row``, ``g_k``:
-        its entry of :meth:`_plan`)."""
+        its entry of :meth:`_plan`), from the buffer ``source()`` gives."""
         p, k = self.p, self.k
-        if const_expr(p.pinned):
+        src = source()
+        if const_expr(p.pinned and not k_major):
+            offset, atom = base, self.dma  # the tile's buffer holds its offset and K tail (_k_outer_tile)
+        elif const_expr(p.pinned):
             # Only the K tail is per tile; the tile's offset goes into the scalar offset, in elements
             # like the VGPR one (FlyDSL scales both).
             offset = (g_k < k - k0).select(base, self.oob)
-            atom = fx.atom_set_value(self.dma, "soffset", k0 * (1 if const_expr(k_major) else ld))
+            atom = fx.atom_set_value(self.dma, "soffset", k0)
         else:
             # LLVM's own MFMAs (fp32) keep their accumulators in place only with the whole offset in
             # the VGPR, computed per tile (the scalar form moved 22 of fp32 NT's between registers).
@@ -487,8 +531,7 @@ class _Mma:
     chunks tile t + 1's chunk-0 reads. The refill goes out before the wait for the tile before it, so the
     memory stream never drains: waiting for tile t + 1 first left the port idle a whole memory latency
     every tile (docs/kernels.md, "Why PR 676's bf16 is predicted faster"). Not with bgrad, whose row sums
-    read the tile after its MFMAs, nor MXFP8, whose scale words, loaded after the MFMAs, would then wait
-    for the DMA issued just before them: they release and refill after the MFMAs (``gemm_kernel``).
+    read the tile after its MFMAs: it releases and refills after them (``gemm_kernel``).
     """
 
     def __init__(
@@ -505,9 +548,7 @@ class _Mma:
         self.lds = lds
         self.tiled_mma = tiled_mma
         self.k_chunks = p.tile_k // p.mma_k
-        # MXFP8 with both operands through transposing reads (mn) keeps its hand-over after the MFMAs:
-        # its unrolled loop would spill (gemm_kernel).
-        self.handover = p.pinned and not p.epi_rowsum and (not p.mx or p.lhs_k_major or p.rhs_k_major)
+        self.handover = p.pinned and not p.epi_rowsum
         self.thr_mma = tiled_mma.thr_slice(tid)
         self.s2r_rhs = _s2r_atom(p, elem_b, p.rhs_k_major)
         self.s2r_lhs = _s2r_atom(p, elem_a, p.lhs_k_major)
@@ -681,10 +722,8 @@ def gemm_kernel(
     wg = _workgroup(p, m, n, k)
     tid, bm, bn, row0, col0, k_tiles = wg
     lds = _Lds(p, elem_a, elem_b)
-    a_buf = fx.rocdl.make_buffer_tensor(lhs, max_size=False)
-    b_buf = fx.rocdl.make_buffer_tensor(rhs, max_size=False)
     o_buf = fx.rocdl.make_buffer_tensor(out, max_size=False)
-    fill = _Fill(p, wg, lds, a_buf, b_buf, m, n, k, ld_lhs, ld_rhs)
+    fill = _Fill(p, wg, lds, lhs, rhs, m, n, k, ld_lhs, ld_rhs)
     mma = _Mma(p, tiled_mma, tid, lds, o_buf, elem_a, elem_b)
     # Stage 5, the K loop. Ping-pong, two tiles ahead: tile t + 2 refills tile t's stage once every wave is
     # done reading it (the release), before the wait for tile t + 1 (the publish). Inside the runtime loops
@@ -693,58 +732,33 @@ def gemm_kernel(
     sync, release, publish = _sync, _release, _publish
     fill_stage, multiply, a_stage = fill.stage, mma.multiply, lds.a_stage
     if const_expr(p.mx):
-        # Groups of four K tiles share one scale word per repetition (kernels/mx.py); a group's words are
-        # loaded after the MFMAs of the tile before it, before that tile's refill, and waited for with the
-        # publish of its first tile.
+        # Groups of four K tiles share one scale word per repetition (kernels/mx.py): tile t's scales are
+        # byte t % 4 of its group's words. Every tile hands over inside its MFMAs (_Mma), TN, NN and NT.
         sw_rhs, sw_lhs = mma.scale_words(lhs_scale, rhs_scale, wg, m, n)
         steps = mx.STEPS_PER_WORD
         groups = (k_tiles + steps - 1) // steps
-        # One K tile per iteration; tile t's scales are byte t % 4 of the group's words, which the
-        # MFMAs read as byte 0: the words shift down one byte per tile (kernels/mx.py).
-        # After tile t's MFMAs (and the next words, so that the publish's in-order vmcnt covers them): the
-        # release, tile t + 2's DMA into tile t's stage, then the publish of tile t + 1 with that DMA still
-        # in flight (the memory stream does not drain; see _Mma's hand-over).
         fill.issue(0, 0)
         words = (mx.load_words(sw_rhs, 0, groups), mx.load_words(sw_lhs, 0, groups))
         sync()
         fill.issue(1, 1)
-        rest = 0
-        if const_expr(mma.handover):
-            # Whole groups, unrolled: tile j of a group reads byte j of its words (op_sel, no shifts), and
-            # the next group's words are loaded before the group's last tile, before its refill. vmcnt
-            # counts in issue order, so a wait for words loaded after tile t + 1's DMA waits for that
-            # tile too: LLVM puts such a wait where the words' registers are next read or written, and
-            # with a load at a group boundary of a one-tile loop that fell inside the hand-over.
-            for g in range(0, (k_tiles - 1) // steps, 1):
-                for j in range_constexpr(steps):
-                    t = g * steps + j  # t % 2 == j % 2: the stages are constants here
-                    if const_expr(j == steps - 1):  # two groups' words live during this tile only
-                        ahead = (mx.load_words(sw_rhs, g + 1, groups), mx.load_words(sw_lhs, g + 1, groups))
-                    multiply(j % 2, words, fill_stage(j % 2, t + 2), (j + 1) % 2, j)  # past K: zeros
-                words = ahead
-            rest = (k_tiles < 1).select(0, (k_tiles - 1) // steps * steps)  # // floors: K = 0 starts at 0
+        # Whole groups, unrolled: tile j of a group reads byte j of its words (op_sel, no shifts), and
+        # the next group's words are loaded before the group's last tile, before its refill. vmcnt
+        # counts in issue order, so a wait for words loaded after tile t + 1's DMA waits for that
+        # tile too: LLVM puts such a wait where the words' registers are next read or written, and
+        # with a load at a group boundary of a one-tile loop that fell inside the hand-over.
+        for g in range(0, (k_tiles - 1) // steps, 1):
+            for j in range_constexpr(steps):
+                t = g * steps + j  # t % 2 == j % 2: the stages are constants here
+                if const_expr(j == steps - 1):  # two groups' words live during this tile only
+                    ahead = (mx.load_words(sw_rhs, g + 1, groups), mx.load_words(sw_lhs, g + 1, groups))
+                multiply(j % 2, words, fill_stage(j % 2, t + 2), (j + 1) % 2, j)  # past K: zeros
+            words = ahead
+        rest = (k_tiles < 1).select(0, (k_tiles - 1) // steps * steps)  # // floors: K = 0 starts at 0
         for t in range(rest, k_tiles - 1, 1):
-            if const_expr(mma.handover):
-                # The last group but its last tile, one at a time (it crosses no group boundary): the
-                # words shift down a byte a tile.
-                multiply(t % 2, words, fill_stage(t % 2, t + 2), (t + 1) % 2)
-                words = mx.next_byte(words)
-            else:
-                # Both operands through transposing reads (mn): the unrolled loop's registers would spill,
-                # so one tile at a time with the hand-over after the MFMAs and, at a group's end, after the
-                # next words' loads (the publish's in-order vmcnt covers them): release, tile t + 2's DMA
-                # into tile t's stage, the publish of tile t + 1 with that DMA in flight.
-                multiply(t % 2, words)
-                if (t + 1) % steps == 0:
-                    group = (t + 1) // steps
-                    words = (mx.load_words(sw_rhs, group, groups), mx.load_words(sw_lhs, group, groups))
-                else:
-                    words = mx.next_byte(words)
-                release()
-                refill = fill_stage(t % 2, t + 2)  # past K, as in the last iteration, it loads zeros
-                for issue in refill:
-                    issue()
-                publish(len(refill))
+            # The last group but its last tile, one at a time (it crosses no group boundary): the
+            # words shift down a byte a tile.
+            multiply(t % 2, words, fill_stage(t % 2, t + 2), (t + 1) % 2)
+            words = mx.next_byte(words)
         last = (k_tiles < 1).select(1, k_tiles)  # K = 0 multiplies the zero-filled stage 0
         multiply((last + 1) % 2, words)
     else:
