@@ -502,7 +502,7 @@ def _columns(table: list[tuple[Any, ...]]) -> list[str]:
 
 def _isa_table(rows: list[dict[str, Any]]) -> list[str]:
     head = ("config", "mfma", "count", "vgpr", "agpr", "acc", "lds", "scratch", "spills", "loop", "epi", "plain",
-            "compile_s", "ok")  # fmt: skip
+            "hazards", "compile_s", "ok")  # fmt: skip
     by_name = {r["config"]: r for r in rows}
 
     def acc(r: dict[str, Any]) -> str:  # where the K loop accumulates: "256a" (AGPRs) or "128v" (arch VGPRs)
@@ -515,7 +515,8 @@ def _isa_table(rows: list[dict[str, Any]]) -> list[str]:
     return _columns([head] + [
         (r["config"], r["mfma"], r["mfma_count"], r["vgpr"], r["agpr"], acc(r), r["lds_bytes"], r["scratch_bytes"],
          r["spills"], _counts(r["loop_insts"]), r["epilogue_insts"],
-         f"{twin(r, 'loop_insts')}, {twin(r, 'epilogue_insts')}", r["compile_s"], "ok" if r["ok"] else "FAIL")
+         f"{twin(r, 'loop_insts')}, {twin(r, 'epilogue_insts')}", len(r["wait_state_hazards"]), r["compile_s"],
+         "ok" if r["ok"] else "FAIL")
         for r in rows
     ])  # fmt: skip
 

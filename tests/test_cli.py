@@ -317,6 +317,7 @@ def test_precompile_through_a_pipe_reports_progress_on_stderr(capsys, monkeypatc
         return {"config": cfg.name, "mfma": "m", "mfma_count": 1, "vgpr": 1, "agpr": 0, "agpr_accumulators": 0,
                 "vgpr_accumulators": 1, "lds_bytes": 0, "scratch_bytes": 0, "spills": 0, "compile_s": 1.5,
                 "from_disk": False, "ok": True, "kloop": {"found": False}, "loop_insts": [1], "epilogue_insts": 1,
+                "wait_state_hazards": [],
                 "plain_twin": cfg.name}  # fmt: skip
 
     monkeypatch.setattr(isa, "isa_report", report)

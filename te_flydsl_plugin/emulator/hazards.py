@@ -91,7 +91,7 @@ class Hazard:
 _AGPR0 = 512  # a0's index in the unified register numbering (v0..v511, then a0..a255)
 _NREGS = _AGPR0 + 256
 _LONG_AGO = -(1 << 40)  # "never": wait states since then exceed every rule
-_MAX_AFTER_MFMA = 20  # the largest MFMA-write rule (a 16-pass XDL), so older MFMA writes never matter
+MAX_AFTER_MFMA = 20  # the largest MFMA-write rule (a 16-pass XDL), so older MFMA writes never matter
 _MAX_WAR = 15  # the largest SrcC-read (WAR) rule
 _VALU_TO_MFMA = 2
 _EXEC_TO_MFMA = 4
@@ -560,7 +560,7 @@ class HazardTracker:
             c = w.hazards
             t = c.ws
             c.ws = t + 1
-            if check_regs and t - c.last_mfma <= _MAX_AFTER_MFMA:  # (SrcC reads are MFMAs too)
+            if check_regs and t - c.last_mfma <= MAX_AFTER_MFMA:  # (SrcC reads are MFMAs too)
                 self._check_after_mfma(w, c, t, op)
             if valu:
                 if permlane:
@@ -605,7 +605,7 @@ class HazardTracker:
         """A VALU / VMEM / DS instruction: its reads and writes after MFMA writes, its writes after XDL
         MFMA SrcC reads (checkMAIVALUHazards)."""
         for s, e, verb in op.accesses:
-            hit = _too_recent(t, c.mw_t[s:e], c.mw_op[s:e], _MAX_AFTER_MFMA, lambda p: p.after)
+            hit = _too_recent(t, c.mw_t[s:e], c.mw_op[s:e], MAX_AFTER_MFMA, lambda p: p.after)
             if hit is not None:
                 i, p, el, need = hit
                 self._wait_report(w, op, f"{verb} {_reg_name(s + i)} written by {p.producer(el)}, needs {need}")
@@ -633,7 +633,7 @@ class HazardTracker:
                     name = _reg_name(s + i)
                     self._wait_report(w, op, f"reads {name} as {role} written by {p.producer(el)}, needs {need}")
                     return
-        if t - c.last_mfma > _MAX_AFTER_MFMA:
+        if t - c.last_mfma > MAX_AFTER_MFMA:
             return
         for s, e, role in op.srcs:
             src_c = role == "SrcC"
@@ -641,7 +641,7 @@ class HazardTracker:
             def need(p: _WSOp, s: int = s, e: int = e, src_c: bool = src_c) -> int:
                 return p.srcc_need(op, (s, e)) if src_c else p.after
 
-            hit = _too_recent(t, c.mw_t[s:e], c.mw_op[s:e], _MAX_AFTER_MFMA, need)
+            hit = _too_recent(t, c.mw_t[s:e], c.mw_op[s:e], MAX_AFTER_MFMA, need)
             if hit is not None:
                 i, p, el, n = hit
                 how = "" if not src_c else " (same registers)" if p.dst == (s, e) else " (overlapping)"

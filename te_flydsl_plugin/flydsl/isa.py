@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import archs, llvm
+from ..emulator import static_wait_states
 from ..spec import Format
 from . import kloop, matrix
 from .compiled import compile_config
@@ -97,7 +98,10 @@ def isa_report(cfg: KernelConfig, arch: str = "gfx950") -> dict[str, Any]:
     VGPR + AGPR within 512 (``vgpr`` is the total, ``agpr`` its AGPR part), and ``accumulators``: the
     K loop's MFMAs accumulate in place (D is C) into exactly the config's :func:`accumulators`
     registers, all AGPRs where ``cfg.agpr_accumulators`` (kernels/mfma.py pins them) and all arch
-    VGPRs otherwise, and no loop moves a register between the files. ``ok`` is True when all hold.
+    VGPRs otherwise, and no loop moves a register between the files, and ``wait_states``: no path through
+    the kernel breaks gfx950's wait-state rules (the emulator's rules, checked on every path without
+    running: ``emulator/static_wait_states.py``; ``wait_state_hazards`` lists what breaks them).
+    ``ok`` is True when all hold.
     ``kloop`` is the K-loop report (kloop.py: counts, XDL floor, llvm-mca cycles); it checks nothing.
     """
     ck = compile_config(cfg, arch)
@@ -107,6 +111,8 @@ def isa_report(cfg: KernelConfig, arch: str = "gfx950") -> dict[str, Any]:
     mfma_count = len(re.findall(rf"^\s+{mfma}\s", text, re.M))
     acc = accumulator_report(text)
     code = code_report(text)
+    insts = kloop.instructions(text)
+    hazards = static_wait_states.check(insts, ck.kernel)
     checks = {
         "mfma": mfma_count > 0,
         "scratch": r.scratch_bytes == 0,
@@ -118,6 +124,7 @@ def isa_report(cfg: KernelConfig, arch: str = "gfx950") -> dict[str, Any]:
         and acc["not_in_place"] == 0
         and acc["agpr_accumulators" if cfg.agpr_accumulators else "vgpr_accumulators"] == accumulators(cfg)
         and acc["vgpr_accumulators" if cfg.agpr_accumulators else "agpr_accumulators"] == 0,
+        "wait_states": not hazards,
     }
     return {
         "config": cfg.name,
@@ -136,7 +143,8 @@ def isa_report(cfg: KernelConfig, arch: str = "gfx950") -> dict[str, Any]:
         "spills": r.vgpr_spill_count + r.sgpr_spill_count,
         "compile_s": round(ck.compile_seconds, 2),
         "from_disk": ck.from_disk,
-        "kloop": kloop.report(kloop.instructions(text), arch, cfg.wave_macs),
+        "kloop": kloop.report(insts, arch, cfg.wave_macs),
+        "wait_state_hazards": [h.detail for h in hazards],
         "checks": checks,
         "ok": all(checks.values()),
     }

@@ -32,19 +32,39 @@ def pinned_version() -> str:
     return m.group(1)
 
 
-def code_object(name: str) -> bytes:
-    """The bytes of ``aiter_meta/hsa/gfx950/<name>`` from the installed wheel (fails, never skips)."""
+_HSA = "aiter_meta/hsa/gfx950/"
+
+
+def _dist() -> importlib.metadata.Distribution:
+    """The installed, pinned wheel (fails, never skips)."""
     try:
         dist = importlib.metadata.distribution(DIST)
     except importlib.metadata.PackageNotFoundError:
         pytest.fail(f"{DIST} is not installed: tools/setup.sh installs {DIST}=={pinned_version()} --no-deps")
     if dist.version != pinned_version():
         pytest.fail(f"{DIST} {dist.version} is installed, the tests know {pinned_version()} (tools/setup.sh)")
-    want = f"aiter_meta/hsa/gfx950/{name}"
+    return dist
+
+
+def code_object(name: str) -> bytes:
+    """The bytes of ``aiter_meta/hsa/gfx950/<name>`` from the installed wheel (fails, never skips)."""
+    dist = _dist()
+    want = _HSA + name
     for f in dist.files or ():
         if str(f) == want:
             return f.read_binary()
     pytest.fail(f"{DIST} {dist.version} has no {want}")
+
+
+def code_object_names(prefix: str) -> list[str]:
+    """The wheel's gfx950 code objects whose name (under ``aiter_meta/hsa/gfx950/``) starts with ``prefix``,
+    sorted; fails if there are none."""
+    dist = _dist()
+    names = sorted(str(f)[len(_HSA) :] for f in dist.files or () if str(f).startswith(_HSA + prefix))
+    names = [n for n in names if n.endswith(".co")]
+    if not names:
+        pytest.fail(f"{DIST} {dist.version} has no {_HSA}{prefix}*.co")
+    return names
 
 
 # -- MXFP4 (f4gemm) ---------------------------------------------------------------------------

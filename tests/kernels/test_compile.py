@@ -9,7 +9,9 @@ import threading
 import pytest
 
 from te_flydsl_plugin import llvm
-from te_flydsl_plugin.flydsl import compiled, family, isa
+from te_flydsl_plugin.emulator import static_wait_states
+from te_flydsl_plugin.emulator.decode import Inst, parse_line
+from te_flydsl_plugin.flydsl import compiled, family, isa, kloop
 from te_flydsl_plugin.flydsl.kernels import gemm
 from te_flydsl_plugin.flydsl.kernels.config import KernelConfig
 from te_flydsl_plugin.spec import Format
@@ -28,6 +30,43 @@ def test_isa_budget(cfg: KernelConfig) -> None:
     assert rep["lds_bytes"] == gemm.geometry(cfg).lds_bytes <= isa.LDS_BUDGET
     assert rep["vgpr"] <= isa.REGISTER_BUDGET
     assert rep["kernel"].startswith(cfg.name)
+    assert rep["wait_state_hazards"] == [] and rep["checks"]["wait_states"]
+
+
+def _instructions(cfg: KernelConfig) -> tuple[str, list[Inst]]:
+    """A config's kernel name and its decoded instructions."""
+    ck = compiled.compile_config(cfg)
+    return ck.kernel, kloop.instructions(llvm.disassemble(ck.code_object))
+
+
+def test_wait_state_check_sees_a_fence_go() -> None:
+    """The check on real machine code: with every ``s_nop`` cut to one wait state (the accumulators'
+    24 before the epilogue among them), the epilogue's ``v_accvgpr_read``s follow the last MFMAs too
+    soon."""
+    kernel, insts = _instructions(
+        KernelConfig(Format.BF16, Format.BF16, True, True, Format.BF16, tile_m=128, tile_n=128, waves=8)
+    )
+    assert static_wait_states.check(insts, kernel) == []
+    cut = [parse_line("s_nop 0", i.address, i.words) if i.opcode == "s_nop" else i for i in insts]
+    found = static_wait_states.check(cut, kernel)
+    assert found and any(h.detail.startswith("v_accvgpr_read_b32") for h in found), found
+
+
+def test_wait_state_check_sees_a_valu_write_before_a_k_loop_mfma() -> None:
+    """A VALU write of an MFMA's SrcA right before it, inside MXFP8 NT's K loop, is found at that MFMA."""
+    cfg = KernelConfig(Format.MXFP8_E4M3, Format.MXFP8_E4M3, False, False, Format.BF16, tile_k=128)
+    kernel, insts = _instructions(cfg)
+    assert static_wait_states.check(insts, kernel) == []
+    loop = kloop.k_loop(insts)
+    assert loop is not None
+    mfma = [i for i in loop.body if kloop.is_mfma(i)][5]
+    src_a = mfma.operands[1]
+    write = parse_line(f"v_mov_b32_e32 v{src_a.index}, 0", mfma.address - 2, (0,))  # an address no instruction has
+    at = insts.index(mfma)
+    (hazard,) = static_wait_states.check([*insts[:at], write, *insts[at:]], kernel)
+    assert (
+        hazard.address == mfma.address and f"as SrcA written by v_mov_b32_e32 at 0x{write.address:x}" in hazard.detail
+    )
 
 
 @pytest.mark.parametrize(

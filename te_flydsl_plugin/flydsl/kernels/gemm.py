@@ -564,8 +564,6 @@ class _Mma:
             mfma.fence_accumulators(self.acc, mfma.OPERAND_WAIT_STATES)
         self.frag_rhs_copy = self.thr_copy_rhs.retile(self.frag_rhs)
         self.frag_lhs_copy = self.thr_copy_lhs.retile(self.frag_lhs)
-        # Only the transposing 8-bit reads' fragments pass through VALU (v_perm_b32) on their way to the MFMA.
-        self.fenced = tuple(p.elem_bytes == 1 and not km for km in (p.rhs_k_major, p.lhs_k_major))
 
     def _sources(self, stage: fx.Int32 | int) -> tuple:
         """This thread's (rhs, lhs) fragment sources in LDS stage ``stage``."""
@@ -651,7 +649,6 @@ class _Mma:
                 p.mx,
                 words,
                 upcoming,
-                self.fenced,
                 byte,
             )
 

@@ -16,12 +16,14 @@ or memory instruction (up to 12 for these MFMAs). Accumulators flow from MFMA to
 registers, which needs none. Everything else an MFMA reads or a consumer takes from one goes
 through :func:`fence`: an asm statement that holds the ``s_nop``s and hands its operands back in
 the same registers, so whatever produced them comes before the nops and whatever reads them after
-(a data dependency, which no scheduler can reorder): the fragments of the transposing 8-bit reads
-before their MFMAs (the compiler assembles them with VALU instructions; an LDS read's own fragments
-need none), the zeroed accumulators before the first MFMAs, MXFP8's shifted scale words, and the
-accumulators before the epilogue reads them. The emulator checks the wait states of every kernel it
-runs, so a missing one fails the kernel tests; it found the fragments' case (``v_perm_b32`` one wait
-state before an MFMA in the MXFP8 NT kernels).
+(a data dependency, which no scheduler can reorder): the zeroed accumulators before the first
+MFMAs, MXFP8's shifted scale words, and the accumulators before the epilogue reads them. The
+fragments need none: an LDS read's are ordered by its ``s_waitcnt``, and where the compiler assembles
+one with VALU instructions (the transposing 8-bit reads' ``v_perm_b32``) its schedule leaves the 2 wait
+states today. Whether every such pair keeps its wait states is checked on every path of every config's
+machine code (``isa_report``'s ``wait_states``, ``emulator/static_wait_states.py``), and on the path a
+launch takes by the emulator; that is how a ``v_perm_b32`` one wait state before an MFMA was found in
+the MXFP8 NT kernels, when the fragments still had a fence.
 
 The MMA's A operand is the output-column side and B the output-row side (``gemm.make_tiled_mma``):
 the MFMA computes ``out^T`` per 16 x 16 block, so a lane's four accumulators of one block are four
@@ -101,7 +103,6 @@ def gemm(
     mx: bool = False,
     words: tuple[list[fx.Int32], list[fx.Int32]] | None = None,
     interleave: Sequence[tuple[int, Sequence[Callable[[], None]]]] = (),
-    fenced: tuple[bool, bool] = (True, True),
     byte: int = 0,
 ) -> None:
     """One K chunk of the wave's MFMAs: ``acc[:, i, j] += A[:, i] . B[:, j]``, accumulators in AGPRs.
@@ -121,10 +122,10 @@ def gemm(
     hide it. At most one issuer a gap between MFMAs keeps the XDL pipe fed: llvm-mca's gfx950 model
     dispatches one instruction a cycle and an MFMA of 4 passes holds the pipe for 4.
 
-    ``fenced`` says, for A and B, whether a fragment may leave its LDS read through VALU instructions
-    (the transposing 8-bit reads' bytes are put in operand order with ``v_perm_b32``), which an MFMA may
-    not read for 2 wait states: such a fragment passes through a fence before its first MFMA (A's
-    together, B's one by one). A fragment an LDS read writes needs none (its ``s_waitcnt`` orders it).
+    The fragments go to the MFMAs as they are: no fence. An LDS read's fragment is ordered by its
+    ``s_waitcnt``; a fragment VALU instructions put together (a transposing 8-bit read's bytes in operand
+    order) would need 2 wait states before its MFMA, and the ISA checks' every-path wait-state check
+    (``emulator/static_wait_states.py``) fails a kernel whose schedule leaves fewer.
     """
     text, constraints = _asm(a_elem, b_elem, mx, byte)
     f32x4 = T.vec(4, T.f32)
@@ -136,17 +137,13 @@ def gemm(
         for t, issue in enumerate(issuers):
             slots.setdefault(first + t * (total - first) // (len(issuers) + 1), []).append(issue)
 
-    def operands(frag: fx.Tensor, elem: str, reps: range, fence_them: bool) -> list[ir.Value]:
-        values = [_operand(frag[None, r], elem) for r in reps]
-        return fence(values, "v", OPERAND_WAIT_STATES) if fence_them else values
-
-    a_ops = operands(frag_a, a_elem, range_constexpr(a_reps), fenced[0])
+    a_ops = [_operand(frag_a[None, i], a_elem) for i in range_constexpr(a_reps)]
     for j in range_constexpr(b_reps):
         for i in range_constexpr(a_reps):
             for issue in slots.get(j * a_reps + i, ()):
                 issue()
             if const_expr(i == 0):
-                b_op = operands(frag_b, b_elem, [j], fenced[1])[0]
+                b_op = _operand(frag_b[None, j], b_elem)
             c = acc[None, i, j]
             ops = [a_ops[i], b_op]
             if const_expr(mx):
