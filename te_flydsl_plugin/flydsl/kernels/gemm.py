@@ -269,6 +269,31 @@ def _s2r_atom(p: GemmParams, elem: type, k_major: bool) -> fx.CopyAtom:
     return fx.make_copy_atom(fx.rocdl.cdna4.LDSReadTrans16_64b(), elem)
 
 
+def _rep_sources(src: fx.Tensor, kc: int, reps: int) -> list[fx.Tensor]:
+    """The LDS sources of chunk ``kc``'s fragment repetitions, from a thread's partition ``src``
+    (values, repetitions, chunks) of a swizzled stage.
+
+    The swizzle acts on a source's whole offset, the lane's and the repetition's parts together, and
+    LLVM does not see that a repetition stride above every bit the swizzle reads or writes commutes
+    with it: it computed every repetition's address apart (16 VALU instructions a bf16 TN iteration,
+    the loop's top). Where the stride is such a multiple (the K-major layouts, whose repetitions are
+    whole swizzle periods of rows apart), repetition r's source is repetition 0's moved by r strides
+    outside the swizzle, the same addresses: one address per chunk and operand, the repetitions in the
+    read's immediate offset. The K-outer layouts' repetitions are 32 elements apart, inside the XOR
+    window, and keep theirs.
+    """
+    layout = fx.get_layout(src)
+    swizzle = fx.composed_get_inner(layout)
+    stride = fx.get_stride(fx.composed_get_outer(layout)).to_py_value()[1]
+    # Swizzle<B, M, S> XORs offset bits [M + S, M + S + B) into [M, M + B): nothing at or above M + S + B.
+    period = 1 << (swizzle.base + swizzle.shift + swizzle.mask)
+    if not isinstance(stride, int) or stride % period:
+        return [src[None, r, kc] for r in range(reps)]
+    first = src[None, 0, kc]
+    it, lay = fx.get_iter(first), fx.get_layout(first)
+    return [first] + [fx.make_view(fx.add_offset(it, r * stride), lay) for r in range(1, reps)]
+
+
 def _tile_coords(num_m: fx.Int32, num_n: fx.Int32, pid: fx.Int32) -> tuple[fx.Int32, fx.Int32]:
     """Output tile (row, column) of workgroup ``pid``: XCD-contiguous, then grouped ``GROUP_M`` rows deep.
 
@@ -577,7 +602,7 @@ class _Mma:
         (MMA A = rhs, MMA B = lhs)."""
         src_rhs, src_lhs = self._sources(stage)
         return tuple(
-            [functools.partial(fx.copy, s2r, src[None, r, kc], dst[None, r, kc]) for r in range(reps)]
+            [functools.partial(fx.copy, s2r, rs, dst[None, r, kc]) for r, rs in enumerate(_rep_sources(src, kc, reps))]
             for s2r, src, dst, reps in (
                 (self.s2r_rhs, src_rhs, self.frag_rhs_copy, fx.size(self.frag_rhs.shape[1]).get_static_leaf_int),
                 (self.s2r_lhs, src_lhs, self.frag_lhs_copy, fx.size(self.frag_lhs.shape[1]).get_static_leaf_int),
