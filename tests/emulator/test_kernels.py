@@ -193,15 +193,17 @@ def test_removed_vmcnt_wait_is_an_unwaited_lds_hazard() -> None:
         _run_gemm(cfg, ck, 256, 256, 128, code_object=broken)
 
 
-def test_removed_publish_wait_is_an_unwaited_lds_hazard() -> None:
-    """The hand-over's publish in the K loop waits for the next tile with the refill after it still in
-    flight (``vmcnt(16)``: 16 transfers a lane and tile): drop it and the next tile's fragment reads
-    read LDS its DMA is still filling."""
+@pytest.mark.parametrize("which", [0, 1, 2], ids=["pair-first", "pair-second", "odd-tile"])
+def test_removed_publish_wait_is_an_unwaited_lds_hazard(which: int) -> None:
+    """The hand-over's publish waits for the next tile with the refill after it still in flight
+    (``vmcnt(16)``: 16 transfers a lane and tile); the loop of pairs holds one a tile, the odd tile's
+    loop one: drop any and the next tile's fragment reads read LDS its DMA is still filling (K of 4
+    tiles runs each once: a pair, the odd tile, the last)."""
     cfg, ck = _gemm("bf16", "bf16", True, True, "fp32")
     insts = instructions(ck.code_object, ck.kernel)
     publish = [i for i in insts if i.opcode == "s_waitcnt" and "vmcnt(16)" in i.text]
-    assert len(publish) == 1
-    broken = patch_word(ck.code_object, publish[0].address, S_NOP)
+    assert len(publish) == 3
+    broken = patch_word(ck.code_object, publish[which].address, S_NOP)
     with pytest.raises(HazardError, match=rf"{ck.kernel}\+0x[0-9a-f]+ \[unwaited-lds\]"):
         _run_gemm(cfg, ck, 256, 256, 256, code_object=broken)
 
@@ -232,7 +234,8 @@ def test_removed_barrier_is_an_lds_race_and_a_wrong_result() -> None:
 
 def test_removed_lgkmcnt_wait_is_an_unwaited_load() -> None:
     """Drop every LDS wait between the first fragment read and the first MFMA: the MFMA reads its
-    fragments while their ds_reads are still counted."""
+    fragments while their ds_reads are still counted (the loop of pairs' first MFMA: K of 4 tiles
+    reaches it)."""
     cfg, ck = _gemm("bf16", "bf16", True, True, "fp32")
     insts = instructions(ck.code_object, ck.kernel)
     first_ds = _first(insts, "ds_read_b128")
@@ -243,7 +246,7 @@ def test_removed_lgkmcnt_wait_is_an_unwaited_load() -> None:
     broken = ck.code_object
     for w in waits:
         broken = patch_word(broken, w.address, S_NOP)
-    rep, _, _ = _run_gemm(cfg, ck, 256, 256, 128, code_object=broken, hazards="report")
+    rep, _, _ = _run_gemm(cfg, ck, 256, 256, 256, code_object=broken, hazards="report")
     assert any(h.kind == "unwaited-load" and h.address == first_mfma.address for h in rep.hazards), rep.hazards
 
 

@@ -90,6 +90,24 @@ def test_k_pieces_end_mid_tile_on_k_outer_operands(cfg: KernelConfig) -> None:
     _run_and_check(cfg, m, n, k, 1.0, 0.5, pieces=piece_grid(m, n, k, 72))
 
 
+@pytest.mark.parametrize(
+    ("cfg", "k_tiles"),
+    [
+        (KernelConfig(Format.BF16, Format.BF16, True, True, Format.BF16, waves=4), 5),
+        (KernelConfig(Format.BF16, Format.BF16, False, False, Format.FP32, waves=4), 6),
+        (KernelConfig(Format.FP16, Format.FP16, True, False, Format.FP16, waves=4), 7),
+        (KernelConfig(Format.FP8_E4M3, Format.FP8_E5M2, True, True, Format.BF16, tile_k=128), 4),
+    ],
+    ids=lambda x: x.name if isinstance(x, KernelConfig) else f"{x}tiles",
+)
+def test_k_loops_run_their_back_edges(cfg: KernelConfig, k_tiles: int) -> None:
+    """K long enough for every loop's back edge, the last tile with a K tail: the 16-bit loops run pairs
+    of tiles (``gemm_kernel``), 5 tiles two pairs and the last, 6 an odd tile after them, 7 three
+    pairs; FP8's one-tile loop three iterations."""
+    k = (k_tiles - 1) * cfg.tile_k + 3 * _k_unit(cfg)
+    _run_and_check(cfg, _fit(272, cfg, cfg.lhs_k_major), _fit(160, cfg, cfg.rhs_k_major), k, 1.0, 0.5)
+
+
 def test_misaligned_piece_is_a_clear_error() -> None:
     """A piece starting mid-vector on an operand's contiguous dim is refused, never computed wrong."""
     cfg = KernelConfig(Format.BF16, Format.BF16, False, False, Format.FP32, waves=4)

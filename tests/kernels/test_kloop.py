@@ -139,14 +139,16 @@ FP8_TN = KernelConfig(Format.FP8_E4M3, Format.FP8_E5M2, True, True, Format.BF16,
 @pytest.mark.parametrize("cfg", [BF16_TN, FP8_TN], ids=lambda c: c.name)
 def test_family_kloop_report(cfg: KernelConfig) -> None:
     """The 256 x 256 K loop of 4 waves: 128 x 128 per wave per K tile = 64 16x16 blocks, each 2 bf16
-    MFMAs of K 32 (tile_k 64) or one FP8 MFMA of K 128: 512 passes either way."""
+    MFMAs of K 32 (tile_k 64) or one FP8 MFMA of K 128: 512 passes a tile either way; bf16's loop runs
+    a pair of tiles an iteration, FP8's one (gemm_kernel)."""
     k = isa.isa_report(cfg)["kloop"]
     fp8 = cfg.lhs_format.is_fp8
-    assert k["found"] and k["mfma"] == (64 if fp8 else 128) and k["xdl_floor"] == 512
-    assert k["fp8_mfma_corrected"] == (64 if fp8 else 0)
-    assert k["mca_cycles"] >= k["xdl_floor"] and k["ratio"] == round(k["mca_cycles"] / 512, 3)
+    tiles = 1 if fp8 else 2
+    assert k["found"] and k["k_tiles"] == tiles and k["mfma"] == tiles * (64 if fp8 else 128)
+    assert k["xdl_floor"] == tiles * 512 and k["fp8_mfma_corrected"] == (64 if fp8 else 0)
+    assert k["mca_cycles"] >= k["xdl_floor"] and k["ratio"] == round(k["mca_cycles"] / k["xdl_floor"], 3)
     assert k["mca_cycles_upper"] >= k["mca_cycles"] >= k["mca_cycles_uncorrected"]
-    assert k["by_class"]["ds"] == 32 and k["by_class"]["s_barrier"] >= 1
+    assert k["by_class"]["ds"] == tiles * 32 and k["by_class"]["s_barrier"] >= tiles
 
 
 def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -163,10 +165,10 @@ def test_precompile_cli_table_and_json(capsys: pytest.CaptureFixture[str]) -> No
     assert rc == 0 and "K loop, one steady-state iteration" in out
     head = next(ln for ln in out.splitlines() if "ratio" in ln and "slots/pass" in ln)
     row = out.splitlines()[out.splitlines().index(head) + 1].split()
-    assert row[0] == only and row[1] == "1.0" and row[6] == "512"  # one K tile an iteration; the floor
+    assert row[0] == only and row[1] == "2.0" and row[6] == "1024"  # a pair of K tiles an iteration; the floor
     rc, out, _ = _cli(capsys, "precompile", "--only", only, "--json", "--lds")
     (rep,) = json.loads(out)["kernels"]
     lds = rep["kloop"]["lds"]["per_iteration"]
-    assert rc == 0 and rep["kloop"]["xdl_floor"] == 512 and lds["conflict_cycles"] == 0 and lds["cycles"] > 0
+    assert rc == 0 and rep["kloop"]["xdl_floor"] == 1024 and lds["conflict_cycles"] == 0 and lds["cycles"] > 0
     rc, out, err = _cli(capsys, "precompile", "--only", "no-such-config")
     assert rc == 2 and out == "" and err.count("\n") == 1 and "no-such-config" in err
