@@ -551,12 +551,12 @@ class _Mma:
 
     The hand-over (``handover``) inside the loop, in tile t's last K chunk: as soon as every wave is done
     reading tile t (with two K chunks, bf16 / fp16: the chunk's start, its fragments were read during chunk
-    0; with one, FP8: the last B repetition) the release barrier and at once the DMA of tile t + 2 into
-    tile t's stage; then the publish (tile t + 1 has landed, tile t + 2 still in flight) and with two K
-    chunks tile t + 1's chunk-0 reads. The refill goes out before the wait for the tile before it, so the
-    memory stream never drains: waiting for tile t + 1 first left the port idle a whole memory latency
-    every tile (docs/kernels.md, "Why PR 676's bf16 is predicted faster"). Not with bgrad, whose row sums
-    read the tile after its MFMAs: it releases and refills after them (``gemm_kernel``).
+    0; with one, FP8: the last B repetition) the release barrier and at once the DMA of tile t + 2 into tile
+    t's stage; then the publish (tile t + 1 has landed, tile t + 2 still in flight) and, with ``prefetch``,
+    tile t + 1's first fragments. The refill goes out before the wait for the tile before it, so the memory
+    stream never drains: waiting for tile t + 1 first left the port idle a whole memory latency every tile
+    (docs/kernels.md, "Why PR 676's bf16 is predicted faster"). Not with bgrad, whose row sums read the tile
+    after its MFMAs: it releases and refills after them (``gemm_kernel``).
     """
 
     def __init__(
@@ -574,6 +574,12 @@ class _Mma:
         self.tiled_mma = tiled_mma
         self.k_chunks = p.tile_k // p.mma_k
         self.handover = p.pinned and not p.epi_rowsum
+        # Whether tile t's hand-over also reads tile t + 1's first fragments (after the publish): with two K
+        # chunks (the old chunk 0's registers are free by then), and MXFP8's (one chunk; its loop of four
+        # unrolled tiles gives the next tile's fragments registers of their own). In FP8's one-tile loop
+        # they would come back through 16 v_mov_b32 at the back edge; paired, the model predicts FP8 slower
+        # (docs/kernels.md), so FP8's tile reads its own at its start.
+        self.prefetch = self.handover and (self.k_chunks > 1 or p.mx)
         self.thr_mma = tiled_mma.thr_slice(tid)
         self.s2r_rhs = _s2r_atom(p, elem_b, p.rhs_k_major)
         self.s2r_lhs = _s2r_atom(p, elem_a, p.lhs_k_major)
@@ -609,10 +615,12 @@ class _Mma:
             )
         )
 
-    def issue_reads(self, stage: int, kc: int) -> None:
-        """Issue chunk ``kc``'s fragment reads from LDS stage ``stage`` now (both operands)."""
-        for issue in [issue for side in self.reads(stage, kc) for issue in side]:
-            issue()
+    def first_reads(self, stage: fx.Int32 | int) -> list[Callable[[], None]]:
+        """Issuers of the fragments a tile's first MFMAs need from LDS stage ``stage``: chunk 0's, both
+        operands; with one K chunk A's and B's first repetition (its other B repetitions are read during
+        the MFMAs, one ahead)."""
+        a_reads, b_reads = self.reads(stage, 0)
+        return a_reads + (b_reads if self.k_chunks > 1 else b_reads[:1])
 
     def multiply(
         self,
@@ -623,10 +631,10 @@ class _Mma:
         byte: int = 0,
     ) -> None:
         """One K tile from LDS stage ``stage``. Without ``handover``, ``fills`` (the DMA issuers of the next
-        tile) go out first, before the tile's fragment reads; with it, they are tile t + 2's, issued with
-        the hand-over of ``next_stage`` (None for the last tile), and with two K chunks chunk 0's
-        fragments are already read. MXFP8 passes its (rhs, lhs) scale ``words`` and the ``byte`` of
-        them that scales this tile."""
+        tile) go out first, before the tile's fragment reads; with it, they are tile t + 2's, issued with the
+        hand-over of ``next_stage`` (None for the last tile), and with ``prefetch`` the tile's first fragments
+        are already read (by the tile before's hand-over, or the prologue). MXFP8 passes its (rhs, lhs) scale
+        ``words`` and the ``byte`` of them that scales this tile."""
         p, k_chunks = self.p, self.k_chunks
         if const_expr(not p.pinned):
             # LLVM's own MFMA selection (fp32: KernelConfig.agpr_accumulators): its scheduler
@@ -644,17 +652,17 @@ class _Mma:
         # The MFMAs run B-repetition by B-repetition (kernels/mfma.py), and what they read is issued
         # among them: with several K chunks, chunk kc + 1's fragments during chunk kc; with one, each B
         # fragment during the MFMAs of the one before it (so only A's and two of B's are live).
-        a_reads, b_reads = self.reads(stage, 0)
+        b_reads = self.reads(stage, 0)[1]
         hand_over = []
         if const_expr(not self.handover):
             for issue in fills:
                 issue()
         elif const_expr(next_stage is not None):
             hand_over = [_release, *fills, functools.partial(_publish, len(fills))]
-            if const_expr(k_chunks > 1):
-                hand_over += [issue for side in self.reads(next_stage, 0) for issue in side]
-        if const_expr(not self.handover or k_chunks == 1):
-            for issue in a_reads + b_reads if k_chunks > 1 else a_reads + b_reads[:1]:
+            if const_expr(self.prefetch):
+                hand_over += self.first_reads(next_stage)
+        if const_expr(not self.prefetch):
+            for issue in self.first_reads(stage):
                 issue()
         b_reps = fx.size(self.frag_lhs.shape[1]).get_static_leaf_int
         a_reps = fx.size(self.frag_rhs.shape[1]).get_static_leaf_int
@@ -763,6 +771,9 @@ def gemm_kernel(
         words = (mx.load_words(sw_rhs, 0, groups), mx.load_words(sw_lhs, 0, groups))
         sync()
         fill.issue(1, 1)
+        if const_expr(mma.prefetch):  # tile 0's first fragments; each tile's hand-over reads the next one's
+            for issue in mma.first_reads(0):
+                issue()
         # Whole groups, unrolled: tile j of a group reads byte j of its words (op_sel, no shifts), and
         # the next group's words are loaded before the group's last tile, before its refill. vmcnt
         # counts in issue order, so a wait for words loaded after tile t + 1's DMA waits for that
@@ -794,8 +805,9 @@ def gemm_kernel(
             # Tile 1's DMA right after tile 0's sync, and tile 0's chunk-0 reads (bf16 / fp16).
             sync()
             fill.issue(1, 1)
-            if const_expr(mma.handover and mma.k_chunks > 1):
-                mma.issue_reads(0, 0)
+            if const_expr(mma.prefetch):
+                for issue in mma.first_reads(0):
+                    issue()
         # With the hand-over and two K chunks (bf16 / fp16) the loop runs pairs of tiles, unrolled: the
         # stages are constants in each (their bases fold into the fragment reads' and the DMAs' offsets).
         # An odd tile before the last runs alone after it. FP8's one-chunk tiles keep the one-tile loop:
