@@ -277,10 +277,10 @@ def _rep_sources(src: fx.Tensor, kc: int, reps: int) -> list[fx.Tensor]:
     LLVM does not see that a repetition stride above every bit the swizzle reads or writes commutes
     with it: it computed every repetition's address apart (16 VALU instructions a bf16 TN iteration,
     the loop's top). Where the stride is such a multiple (the K-major layouts, whose repetitions are
-    whole swizzle periods of rows apart), repetition r's source is repetition 0's moved by r strides
-    outside the swizzle, the same addresses: one address per chunk and operand, the repetitions in the
-    read's immediate offset. The K-outer layouts' repetitions are 32 elements apart, inside the XOR
-    window, and keep theirs.
+    whole swizzle periods of rows apart, and MXFP8's K-outer ones), repetition r's source is repetition
+    0's moved by r strides outside the swizzle, the same addresses: one address per chunk and operand,
+    the repetitions in the read's immediate offset. The 16-bit K-outer layouts' repetitions are 32
+    elements apart, inside the XOR window, and keep theirs.
     """
     layout = fx.get_layout(src)
     swizzle = fx.composed_get_inner(layout)
