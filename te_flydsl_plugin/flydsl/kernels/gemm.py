@@ -622,6 +622,11 @@ class _Mma:
         a_reads, b_reads = self.reads(stage, 0)
         return a_reads + (b_reads if self.k_chunks > 1 else b_reads[:1])
 
+    def issue_first_reads(self, stage: fx.Int32 | int) -> None:
+        """Issue :meth:`first_reads` of LDS stage ``stage`` now."""
+        for issue in self.first_reads(stage):
+            issue()
+
     def multiply(
         self,
         stage: fx.Int32,
@@ -662,8 +667,7 @@ class _Mma:
             if const_expr(self.prefetch):
                 hand_over += self.first_reads(next_stage)
         if const_expr(not self.prefetch):
-            for issue in self.first_reads(stage):
-                issue()
+            self.issue_first_reads(stage)
         b_reps = fx.size(self.frag_lhs.shape[1]).get_static_leaf_int
         a_reps = fx.size(self.frag_rhs.shape[1]).get_static_leaf_int
         for kc in range_constexpr(k_chunks):
@@ -772,8 +776,7 @@ def gemm_kernel(
         sync()
         fill.issue(1, 1)
         if const_expr(mma.prefetch):  # tile 0's first fragments; each tile's hand-over reads the next one's
-            for issue in mma.first_reads(0):
-                issue()
+            mma.issue_first_reads(0)
         # Whole groups, unrolled: tile j of a group reads byte j of its words (op_sel, no shifts), and
         # the next group's words are loaded before the group's last tile, before its refill. vmcnt
         # counts in issue order, so a wait for words loaded after tile t + 1's DMA waits for that
@@ -806,8 +809,7 @@ def gemm_kernel(
             sync()
             fill.issue(1, 1)
             if const_expr(mma.prefetch):
-                for issue in mma.first_reads(0):
-                    issue()
+                mma.issue_first_reads(0)
         # With the hand-over and two K chunks (bf16 / fp16) the loop runs pairs of tiles, unrolled: the
         # stages are constants in each (their bases fold into the fragment reads' and the DMAs' offsets).
         # An odd tile before the last runs alone after it. FP8's one-chunk tiles keep the one-tile loop:
