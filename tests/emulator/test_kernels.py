@@ -179,8 +179,8 @@ def _first(insts, opcode: str, text: str | None = None, after: int = 0):  # type
 
 
 def test_removed_vmcnt_wait_is_an_unwaited_lds_hazard() -> None:
-    """Drop the wait for the direct global->LDS loads before the first barrier: the MFMA operands'
-    ds_reads would read LDS still being filled."""
+    """Drop the wait for the direct global->LDS loads before the first barrier (the prologue's publish of
+    tile 0, tile 1's DMA issued before it): the MFMA operands' ds_reads would read LDS still being filled."""
     cfg, ck = _gemm("bf16", "bf16", True, True, "fp32")
     insts = instructions(ck.code_object, ck.kernel)
     barrier = _first(insts, "s_barrier")
@@ -198,12 +198,13 @@ def test_removed_publish_wait_is_an_unwaited_lds_hazard(which: int) -> None:
     """The hand-over's publish waits for the next tile with the refill after it still in flight
     (``vmcnt(16)``: 16 transfers a lane and tile); the loop of pairs holds one a tile, the odd tile's
     loop one: drop any and the next tile's fragment reads read LDS its DMA is still filling (K of 4
-    tiles runs each once: a pair, the odd tile, the last)."""
+    tiles runs each once: a pair, the odd tile, the last). The first ``vmcnt(16)``, the prologue's,
+    is the test above's."""
     cfg, ck = _gemm("bf16", "bf16", True, True, "fp32")
     insts = instructions(ck.code_object, ck.kernel)
     publish = [i for i in insts if i.opcode == "s_waitcnt" and "vmcnt(16)" in i.text]
-    assert len(publish) == 3
-    broken = patch_word(ck.code_object, publish[which].address, S_NOP)
+    assert len(publish) == 4
+    broken = patch_word(ck.code_object, publish[1 + which].address, S_NOP)
     with pytest.raises(HazardError, match=rf"{ck.kernel}\+0x[0-9a-f]+ \[unwaited-lds\]"):
         _run_gemm(cfg, ck, 256, 256, 256, code_object=broken)
 
@@ -213,7 +214,8 @@ def test_removed_release_barrier_is_an_lds_race() -> None:
     stage: drop it and a wave's DMA overwrites what another wave still reads."""
     cfg, ck = _gemm("bf16", "bf16", True, True, "fp32")
     insts = instructions(ck.code_object, ck.kernel)
-    publish = next(i for i in insts if i.opcode == "s_waitcnt" and "vmcnt(16)" in i.text)
+    # the first hand-over's publish (the first vmcnt(16) is the prologue's, before any barrier)
+    publish = [i for i in insts if i.opcode == "s_waitcnt" and "vmcnt(16)" in i.text][1]
     barriers = [i for i in insts if i.opcode == "s_barrier" and i.address < publish.address]
     release = max(barriers, key=lambda i: i.address)
     assert any(i.opcode.startswith("buffer_load") and release.address < i.address < publish.address for i in insts)

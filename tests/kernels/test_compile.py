@@ -108,6 +108,44 @@ def test_accumulator_report_sees_moves_in_loops_only() -> None:
     assert rep == {"agpr_accumulators": 4, "vgpr_accumulators": 4, "not_in_place": 1, "loop_moves": 1, "loops": 1}
 
 
+def _is_dma(i: Inst) -> bool:
+    return i.opcode.startswith("buffer_load") and " lds" in i.text
+
+
+@pytest.mark.parametrize(
+    ("cfg", "prologue_dmas"),
+    [
+        (KernelConfig(Format.BF16, Format.BF16, True, True, Format.BF16), 32),
+        (KernelConfig(Format.FP16, Format.FP16, False, True, Format.FP32), 32),
+        (KernelConfig(Format.FP8_E4M3, Format.FP8_E4M3, True, True, Format.BF16, tile_k=128), 32),
+        (KernelConfig(Format.FP8_E5M2, Format.FP8_E4M3, True, True, Format.BF16, tile_k=128, epilogue="dgelu"), 32),
+        (KernelConfig(Format.MXFP8_E4M3, Format.MXFP8_E4M3, True, True, Format.BF16, tile_k=128), 16),
+    ],
+    ids=lambda x: x.name if isinstance(x, KernelConfig) else str(x),
+)
+def test_prologue_and_epilogue_keep_the_port_busy(cfg: KernelConfig, prologue_dmas: int) -> None:
+    """What the timing model rewards at the start and end of a tile (docs/kernels.md, "A tile's start
+    and end"): the first DMA goes out before the accumulators are zeroed (256 ``v_accvgpr_write`` /
+    ``_mov`` a wave); tile 1's DMA before the first wait for memory (16 transfers a lane and tile; MXFP8
+    waits for tile 0 first: its loop's LDS waits would merge badly otherwise); FP8's two scale_inv loads
+    in the prologue, before that wait; and each epilogue body stores its first block before it reads
+    half the accumulators (one fence for all had LLVM read all 256 first)."""
+    _, insts = _instructions(cfg)
+    first_dma = next(n for n, i in enumerate(insts) if _is_dma(i))
+    first_wait = next(n for n, i in enumerate(insts) if i.opcode == "s_waitcnt" and "vmcnt" in i.text)
+    zeros = {"v_accvgpr_write_b32", "v_accvgpr_mov_b32"}
+    assert sum(i.opcode in zeros for i in insts[:first_dma]) <= 8  # LLVM hoists a few of the 256
+    assert sum(_is_dma(i) for i in insts[:first_wait]) == prologue_dmas
+    plain_loads = [n for n, i in enumerate(insts) if i.opcode == "buffer_load_dword"]
+    if cfg.lhs_format.name.startswith("FP8"):
+        assert len(plain_loads) == 2 and max(plain_loads) < first_wait
+    loop = kloop.k_loop(insts)
+    assert loop is not None
+    tail = insts[insts.index(loop.body[-1]) :]
+    first_store = next(n for n, i in enumerate(tail) if i.opcode.startswith("buffer_store"))
+    assert sum(i.opcode == "v_accvgpr_read_b32" for i in tail[:first_store]) <= 128  # of 256
+
+
 def test_backed_is_part_of_the_family() -> None:
     assert set(family.BACKED) <= set(family.FAMILY)
 

@@ -173,6 +173,12 @@ def store_tile(p, acc, thr_mma, o_buf, extras, row0, col0, bm, m, n, ld_out, sca
             olds = [load(atom, out_it, offs[j], elem_out) for j in range_constexpr(b_reps)]
         if const_expr(bwd_gelu):
             auxs = [load(atom, fx.get_iter(aux_buf), offs[j], elem_out) for j in range_constexpr(b_reps)]
+        if const_expr(p.pinned and i > 0):
+            # A fence without wait states per group, after the stores of the group before it (memory
+            # operations do not cross one), keeps each group's AGPR -> VGPR reads next to its stores:
+            # with the one fence above, LLVM read all 256 accumulators before the first store, and the
+            # output stream (the port's last 128 KiB of the tile) started 1000 clocks late.
+            mfma.fence_accumulators(acc, 0, i)
         for j in range_constexpr(b_reps):
             vals = fx.Vector(acc[None, i, j].load(), (4,), fx.Float32) * scale  # shape (4, 1) -> (4,)
             if const_expr(reads_out is not False):

@@ -589,12 +589,16 @@ class _Mma:
         self.frag_lhs = self.thr_mma.make_fragment_B(fx.make_view(lds.a, lds.a_layout))
         out_tile = fx.make_view(fx.get_iter(o_buf), fx.make_layout((p.tile_n, p.tile_m), (1, p.tile_n)))
         self.acc = self.thr_mma.make_fragment_C(out_tile)
-        self.acc.fill(0.0)
-        if const_expr(p.pinned):
-            # The zeros are VALU writes the first MFMAs read: the wait states between them (kernels/mfma.py).
-            mfma.fence_accumulators(self.acc, mfma.OPERAND_WAIT_STATES)
         self.frag_rhs_copy = self.thr_copy_rhs.retile(self.frag_rhs)
         self.frag_lhs_copy = self.thr_copy_lhs.retile(self.frag_lhs)
+
+    def zero(self) -> None:
+        """Zero the accumulators, once per tile: 256 ``v_accvgpr_write``s a wave (256 x 256), so the kernel
+        calls it after its first DMA has gone out, where they hide in the wait for tile 0."""
+        self.acc.fill(0.0)
+        if const_expr(self.p.pinned):
+            # The zeros are VALU writes the first MFMAs read: the wait states between them (kernels/mfma.py).
+            mfma.fence_accumulators(self.acc, mfma.OPERAND_WAIT_STATES)
 
     def _sources(self, stage: fx.Int32 | int) -> tuple:
         """This thread's (rhs, lhs) fragment sources in LDS stage ``stage``."""
@@ -704,13 +708,21 @@ class _Mma:
         return sw_rhs, sw_lhs
 
 
-def _output_scale(p: GemmParams, alpha: fx.Float32, lhs_scale: fx.Tensor, rhs_scale: fx.Tensor) -> fx.Float32:
-    """Stage 6, the accumulators' factor: alpha, times both per-tensor scale_inv for FP8 (MXFP8's block
-    scales were applied by the MFMAs)."""
+def _scale_invs(p: GemmParams, lhs_scale: fx.Tensor, rhs_scale: fx.Tensor) -> tuple[fx.Float32, fx.Float32] | None:
+    """FP8's two per-tensor scale_inv, loaded before tile 0's DMA (None for the other formats: MXFP8's
+    block scales are applied by the MFMAs). Loaded after the K loop, as they were, vmcnt's issue order made
+    their wait a wait for the DMA issued past K as well: 375 clocks before the first output store."""
     if const_expr(p.scaled and not p.mx):
         sa = fx.rocdl.make_buffer_tensor(lhs_scale, max_size=False)
         sb = fx.rocdl.make_buffer_tensor(rhs_scale, max_size=False)
-        return alpha * sa[0] * sb[0]
+        return sa[0], sb[0]
+    return None
+
+
+def _output_scale(alpha: fx.Float32, scale_invs: tuple[fx.Float32, fx.Float32] | None) -> fx.Float32:
+    """Stage 6, the accumulators' factor: alpha, times both per-tensor scale_inv for FP8."""
+    if const_expr(scale_invs is not None):
+        return alpha * scale_invs[0] * scale_invs[1]
     return alpha
 
 
@@ -747,8 +759,8 @@ def gemm_kernel(
     (:class:`_Lds`), the DMA fills (:class:`_Fill`), the MFMAs (:class:`_Mma`), the K loop (here: its
     runtime loop and branches must be in the kernel's own body, which FlyDSL rewrites into ``scf``
     control flow; inside them only plain names are called, so no stage object becomes loop state), and
-    the epilogue (:func:`_output_scale`, ``epilogue.store_tile``). Each stage emits its instructions in
-    the order the one-function kernel did, so the code object is the same bit for bit."""
+    the epilogue (:func:`_output_scale`, ``epilogue.store_tile``). The kernel calls each stage where its
+    instructions belong (the accumulators' zeros after the first DMA: :meth:`_Mma.zero`)."""
     elem_a = getattr(fx, p.lhs_elem)
     elem_b = getattr(fx, p.rhs_elem)
     # Built here, not passed in: a TiledMma argument would carry the MFMA's state as kernel arguments.
@@ -765,6 +777,7 @@ def gemm_kernel(
     # there as loop state (``fill.stage(...)`` would make ``fill`` an scf iter_arg).
     sync, release, publish = _sync, _release, _publish
     fill_stage, multiply, a_stage = fill.stage, mma.multiply, lds.a_stage
+    scale_invs = _scale_invs(p, lhs_scale, rhs_scale)
     if const_expr(p.mx):
         # Groups of four K tiles share one scale word per repetition (kernels/mx.py): tile t's scales are
         # byte t % 4 of its group's words. Every tile hands over inside its MFMAs (_Mma), TN, NN and NT.
@@ -773,6 +786,7 @@ def gemm_kernel(
         groups = (k_tiles + steps - 1) // steps
         fill.issue(0, 0)
         words = (mx.load_words(sw_rhs, 0, groups), mx.load_words(sw_lhs, 0, groups))
+        mma.zero()
         sync()
         fill.issue(1, 1)
         if const_expr(mma.prefetch):  # tile 0's first fragments; each tile's hand-over reads the next one's
@@ -805,11 +819,17 @@ def gemm_kernel(
         sums = rowsum.start(p)
         fill.issue(0, 0)
         if const_expr(p.pinned):
-            # Tile 1's DMA right after tile 0's sync, and tile 0's chunk-0 reads (bf16 / fp16).
-            sync()
-            fill.issue(1, 1)
+            # Tile 1's DMA right behind tile 0's, so the port never waits for tile 0 to land; then the
+            # zeros, while tile 0 is in flight, and tile 0's chunk-0 reads (bf16 / fp16).
+            tile_1 = fill.stage(1, 1)
+            for issue in tile_1:
+                issue()
+            mma.zero()
+            publish(len(tile_1))
             if const_expr(mma.prefetch):
                 mma.issue_first_reads(0)
+        else:
+            mma.zero()
         # With the hand-over and two K chunks (bf16 / fp16) the loop runs pairs of tiles, unrolled: the
         # stages are constants in each (their bases fold into the fragment reads' and the DMAs' offsets).
         # An odd tile before the last runs alone after it. FP8's one-chunk tiles keep the one-tile loop:
@@ -849,7 +869,7 @@ def gemm_kernel(
             rowsum.store(p, sums, fx.rocdl.make_buffer_tensor(partials, max_size=False), row0, m, tid)
 
     # Stage 6, the epilogue.
-    scale = _output_scale(p, alpha, lhs_scale, rhs_scale)
+    scale = _output_scale(alpha, scale_invs)
     extras = _epilogue_buffers(p, bias, aux, partials)
     tile = (p, mma.acc, mma.thr_mma, o_buf, extras, row0, col0, bm, m, n, ld_out, scale, beta)
     # beta == 0 never reads D (it may hold NaN or be uninitialised): the plain store has two bodies

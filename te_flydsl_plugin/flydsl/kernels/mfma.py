@@ -181,11 +181,13 @@ def fence(values: list[ir.Value], register_class: str, wait_states: int) -> list
     return [result] if one else [llvm.extractvalue(t, result, [i]) for i, t in enumerate(types)]
 
 
-def fence_accumulators(acc: fx.Tensor, wait_states: int = RESULT_WAIT_STATES) -> None:
-    """Pass every accumulator block of ``acc`` through one :func:`fence`, in place (AGPRs)."""
+def fence_accumulators(acc: fx.Tensor, wait_states: int = RESULT_WAIT_STATES, rep: int | None = None) -> None:
+    """Pass every accumulator block of ``acc`` (of A repetition ``rep`` only, when given) through one
+    :func:`fence`, in place (AGPRs)."""
     a_reps = fx.size(acc.shape[1]).get_static_leaf_int
     b_reps = fx.size(acc.shape[2]).get_static_leaf_int
-    blocks = [acc[None, i, j] for i in range_constexpr(a_reps) for j in range_constexpr(b_reps)]
+    rows = range_constexpr(a_reps) if rep is None else (rep,)
+    blocks = [acc[None, i, j] for i in rows for j in range_constexpr(b_reps)]
     fenced = fence([fx.as_ir_value(b.load()) for b in blocks], "a", wait_states)
     for b, v in zip(blocks, fenced, strict=True):
         b.store(Vector(v, (4,), fx.Float32))
