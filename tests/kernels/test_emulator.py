@@ -96,14 +96,15 @@ def test_k_pieces_end_mid_tile_on_k_outer_operands(cfg: KernelConfig) -> None:
         (KernelConfig(Format.BF16, Format.BF16, True, True, Format.BF16, waves=4), 5),
         (KernelConfig(Format.BF16, Format.BF16, False, False, Format.FP32, waves=4), 6),
         (KernelConfig(Format.FP16, Format.FP16, True, False, Format.FP16, waves=4), 7),
-        (KernelConfig(Format.FP8_E4M3, Format.FP8_E5M2, True, True, Format.BF16, tile_k=128), 4),
+        (KernelConfig(Format.FP8_E4M3, Format.FP8_E5M2, True, True, Format.BF16, tile_k=128), 6),
     ],
     ids=lambda x: x.name if isinstance(x, KernelConfig) else f"{x}tiles",
 )
 def test_k_loops_run_their_back_edges(cfg: KernelConfig, k_tiles: int) -> None:
     """K long enough for every loop's back edge, the last tile with a K tail: the 16-bit loops run pairs
     of tiles (``gemm_kernel``), 5 tiles two pairs and the last, 6 an odd tile after them, 7 three
-    pairs; FP8's one-tile loop three iterations."""
+    pairs; FP8's (its first fragments read by the tile before, two B repetitions ahead) 6: two pairs,
+    an odd tile and the last."""
     k = (k_tiles - 1) * cfg.tile_k + 3 * _k_unit(cfg)
     _run_and_check(cfg, _fit(272, cfg, cfg.lhs_k_major), _fit(160, cfg, cfg.rhs_k_major), k, 1.0, 0.5)
 

@@ -551,12 +551,14 @@ class _Mma:
 
     The hand-over (``handover``) inside the loop, in tile t's last K chunk: as soon as every wave is done
     reading tile t (with two K chunks, bf16 / fp16: the chunk's start, its fragments were read during chunk
-    0; with one, FP8: the last B repetition) the release barrier and at once the DMA of tile t + 2 into tile
-    t's stage; then the publish (tile t + 1 has landed, tile t + 2 still in flight) and, with ``prefetch``,
-    tile t + 1's first fragments. The refill goes out before the wait for the tile before it, so the memory
-    stream never drains: waiting for tile t + 1 first left the port idle a whole memory latency every tile
-    (docs/kernels.md, "Why PR 676's bf16 is predicted faster"). Not with bgrad, whose row sums read the tile
-    after its MFMAs: it releases and refills after them (``gemm_kernel``).
+    0; with one, FP8 and MXFP8: the start of B repetition ``b_reps - b_ahead``, B's reads running
+    ``b_ahead`` repetitions ahead) the release barrier and at once the DMA of tile t + 2 into tile t's
+    stage; then the publish (tile t + 1 has landed, tile t + 2 still in flight) and tile t + 1's first
+    fragments (:meth:`first_reads`), which then have the rest of the tile to land. The refill goes out
+    before the wait for the tile before it, so the memory stream never drains: waiting for tile t + 1 first
+    left the port idle a whole memory latency every tile (docs/kernels.md, "Why PR 676's bf16 is predicted
+    faster"). Not with bgrad, whose row sums read the tile after its MFMAs: it releases and refills after
+    them (``gemm_kernel``).
     """
 
     def __init__(
@@ -574,12 +576,6 @@ class _Mma:
         self.tiled_mma = tiled_mma
         self.k_chunks = p.tile_k // p.mma_k
         self.handover = p.pinned and not p.epi_rowsum
-        # Whether tile t's hand-over also reads tile t + 1's first fragments (after the publish): with two K
-        # chunks (the old chunk 0's registers are free by then), and MXFP8's (one chunk; its loop of four
-        # unrolled tiles gives the next tile's fragments registers of their own). In FP8's one-tile loop
-        # they would come back through 16 v_mov_b32 at the back edge; paired, the model predicts FP8 slower
-        # (docs/kernels.md), so FP8's tile reads its own at its start.
-        self.prefetch = self.handover and (self.k_chunks > 1 or p.mx)
         self.thr_mma = tiled_mma.thr_slice(tid)
         self.s2r_rhs = _s2r_atom(p, elem_b, p.rhs_k_major)
         self.s2r_lhs = _s2r_atom(p, elem_a, p.lhs_k_major)
@@ -587,6 +583,12 @@ class _Mma:
         self.thr_copy_lhs = fx.make_tiled_copy_B(self.s2r_lhs, tiled_mma).get_slice(tid)
         self.frag_rhs = self.thr_mma.make_fragment_A(fx.make_view(lds.b, lds.b_layout))
         self.frag_lhs = self.thr_mma.make_fragment_B(fx.make_view(lds.a, lds.a_layout))
+        # With one K chunk (FP8, MXFP8) B fragment j + b_ahead is read at B repetition j's start, and the
+        # hand-over starts b_ahead repetitions before the tile's end. Two ahead gives the next tile's first
+        # reads, issued after the publish, a whole repetition (8 MFMAs) to land; one ahead left them the
+        # last 3 MFMAs, and each tile's first MFMA waited about 200 clocks for them (docs/kernels.md).
+        b_reps = fx.size(self.frag_lhs.shape[1]).get_static_leaf_int
+        self.b_ahead = 2 if self.k_chunks == 1 and b_reps > 2 else 1
         out_tile = fx.make_view(fx.get_iter(o_buf), fx.make_layout((p.tile_n, p.tile_m), (1, p.tile_n)))
         self.acc = self.thr_mma.make_fragment_C(out_tile)
         self.frag_rhs_copy = self.thr_copy_rhs.retile(self.frag_rhs)
@@ -621,10 +623,10 @@ class _Mma:
 
     def first_reads(self, stage: fx.Int32 | int) -> list[Callable[[], None]]:
         """Issuers of the fragments a tile's first MFMAs need from LDS stage ``stage``: chunk 0's, both
-        operands; with one K chunk A's and B's first repetition (its other B repetitions are read during
-        the MFMAs, one ahead)."""
+        operands; with one K chunk A's and B's first ``b_ahead`` repetitions (its other B repetitions are
+        read during the MFMAs, ``b_ahead`` ahead)."""
         a_reads, b_reads = self.reads(stage, 0)
-        return a_reads + (b_reads if self.k_chunks > 1 else b_reads[:1])
+        return a_reads + (b_reads if self.k_chunks > 1 else b_reads[: self.b_ahead])
 
     def issue_first_reads(self, stage: fx.Int32 | int) -> None:
         """Issue :meth:`first_reads` of LDS stage ``stage`` now."""
@@ -641,9 +643,9 @@ class _Mma:
     ) -> None:
         """One K tile from LDS stage ``stage``. Without ``handover``, ``fills`` (the DMA issuers of the next
         tile) go out first, before the tile's fragment reads; with it, they are tile t + 2's, issued with the
-        hand-over of ``next_stage`` (None for the last tile), and with ``prefetch`` the tile's first fragments
-        are already read (by the tile before's hand-over, or the prologue). MXFP8 passes its (rhs, lhs) scale
-        ``words`` and the ``byte`` of them that scales this tile."""
+        hand-over of ``next_stage`` (None for the last tile), and the tile's first fragments are already
+        read (by the tile before's hand-over, or the prologue). MXFP8 passes its (rhs, lhs) scale ``words``
+        and the ``byte`` of them that scales this tile."""
         p, k_chunks = self.p, self.k_chunks
         if const_expr(not p.pinned):
             # LLVM's own MFMA selection (fp32: KernelConfig.agpr_accumulators): its scheduler
@@ -660,27 +662,24 @@ class _Mma:
 
         # The MFMAs run B-repetition by B-repetition (kernels/mfma.py), and what they read is issued
         # among them: with several K chunks, chunk kc + 1's fragments during chunk kc; with one, each B
-        # fragment during the MFMAs of the one before it (so only A's and two of B's are live).
+        # fragment b_ahead repetitions before its own (so A's and b_ahead + 1 of B's are live).
         b_reads = self.reads(stage, 0)[1]
         hand_over = []
         if const_expr(not self.handover):
             for issue in fills:
                 issue()
-        elif const_expr(next_stage is not None):
-            hand_over = [_release, *fills, functools.partial(_publish, len(fills))]
-            if const_expr(self.prefetch):
-                hand_over += self.first_reads(next_stage)
-        if const_expr(not self.prefetch):
             self.issue_first_reads(stage)
+        elif const_expr(next_stage is not None):
+            hand_over = [_release, *fills, functools.partial(_publish, len(fills)), *self.first_reads(next_stage)]
         b_reps = fx.size(self.frag_lhs.shape[1]).get_static_leaf_int
         a_reps = fx.size(self.frag_rhs.shape[1]).get_static_leaf_int
         for kc in range_constexpr(k_chunks):
             later = [issue for side in self.reads(stage, kc + 1) for issue in side] if kc + 1 < k_chunks else []
-            upcoming = [(0, b_reads[1:] if k_chunks == 1 else later)]
+            upcoming = [(0, b_reads[self.b_ahead :] if k_chunks == 1 else later)]
             if const_expr(kc == k_chunks - 1):
-                # With one K chunk the tile's own B reads run to the start of the last repetition: the
-                # hand-over, which lets the next DMA overwrite this stage, waits for that one.
-                upcoming.append((0 if k_chunks > 1 else (b_reps - 1) * a_reps, hand_over))
+                # With one K chunk the tile's own B reads run to the start of repetition b_reps - 1 -
+                # b_ahead: the hand-over, which lets the next DMA overwrite this stage, starts one after.
+                upcoming.append((0 if k_chunks > 1 else (b_reps - self.b_ahead) * a_reps, hand_over))
             mfma.gemm(
                 self.acc,
                 self.frag_rhs[None, None, kc],
@@ -789,8 +788,7 @@ def gemm_kernel(
         mma.zero()
         sync()
         fill.issue(1, 1)
-        if const_expr(mma.prefetch):  # tile 0's first fragments; each tile's hand-over reads the next one's
-            mma.issue_first_reads(0)
+        mma.issue_first_reads(0)  # tile 0's first fragments; each tile's hand-over reads the next one's
         # Whole groups, unrolled: tile j of a group reads byte j of its words (op_sel, no shifts), and
         # the next group's words are loaded before the group's last tile, before its refill. vmcnt
         # counts in issue order, so a wait for words loaded after tile t + 1's DMA waits for that
@@ -826,16 +824,15 @@ def gemm_kernel(
                 issue()
             mma.zero()
             publish(len(tile_1))
-            if const_expr(mma.prefetch):
+            if const_expr(mma.handover):  # each tile's hand-over reads the next tile's first fragments
                 mma.issue_first_reads(0)
         else:
             mma.zero()
-        # With the hand-over and two K chunks (bf16 / fp16) the loop runs pairs of tiles, unrolled: the
-        # stages are constants in each (their bases fold into the fragment reads' and the DMAs' offsets).
-        # An odd tile before the last runs alone after it. FP8's one-chunk tiles keep the one-tile loop:
-        # paired, the timing model has each tile 1.7% slower at the fabric share (docs/kernels.md).
+        # With the hand-over the loop runs pairs of tiles, unrolled: the stages are constants in each (their
+        # bases fold into the fragment reads' and the DMAs' offsets), and each tile's first fragments, read
+        # by the tile before, have registers of their own. An odd tile before the last runs alone after it.
         paired = 0
-        if const_expr(mma.handover and mma.k_chunks > 1):
+        if const_expr(mma.handover):
             paired = (k_tiles < 1).select(0, (k_tiles - 1) // 2 * 2)
             for g in range(0, paired, 2):
                 # Tiles g + 2 and g + 3 go into tile g's and g + 1's stages (past K they load zeros).
