@@ -16,7 +16,7 @@ from te_flydsl_plugin.flydsl.launch_log import LaunchLog
 from te_flydsl_plugin.flydsl.plan_types import Piece
 from te_flydsl_plugin.spec import Format
 
-from .helpers import needs_toolchain, piece_grid, plan_for, reference, tolerance
+from .helpers import needs_toolchain, piece_grid, plan_for, reference, run_and_compare, tolerance
 
 pytestmark = [pytest.mark.emulator, needs_toolchain]
 
@@ -107,6 +107,28 @@ def test_k_loops_run_their_back_edges(cfg: KernelConfig, k_tiles: int) -> None:
     an odd tile and the last."""
     k = (k_tiles - 1) * cfg.tile_k + 3 * _k_unit(cfg)
     _run_and_check(cfg, _fit(272, cfg, cfg.lhs_k_major), _fit(160, cfg, cfg.rhs_k_major), k, 1.0, 0.5)
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        KernelConfig(Format.BF16, Format.BF16, True, True, Format.BF16, waves=4),
+        KernelConfig(Format.FP16, Format.FP16, False, True, Format.FP32, waves=4),
+        KernelConfig(Format.BF16, Format.BF16, True, True, Format.BF16, tile_m=128, tile_n=128, waves=8),
+    ],
+    ids=lambda c: c.name,
+)
+@pytest.mark.parametrize("beta", [0.0, 0.75])
+def test_epilogue_among_the_last_mfmas_reads_d_by_beta(cfg: KernelConfig, beta: float) -> None:
+    """The 16-bit epilogue runs among the last tile's MFMAs, with one branch on beta a column group
+    (``gemm._finish``, ``epilogue.BETA``): beta 0 never reads D (a D full of NaN leaves no trace), any
+    other beta does (two tile columns, edges in M and N, a K tail)."""
+    m, n = _fit(301, cfg, cfg.lhs_k_major), _fit(140, cfg, cfg.rhs_k_major)
+    plan = plan_for(cfg, m, n, 12 * _k_unit(cfg), alpha=0.5, beta=beta, seed=5)
+    if beta == 0.0:
+        plan.out.fill_(float("nan"))
+    got = run_and_compare(plan)
+    assert not got.out.isnan().any()
 
 
 def test_misaligned_piece_is_a_clear_error() -> None:

@@ -1,7 +1,9 @@
 """The GEMM family's epilogue: what happens to a tile's fp32 accumulators after the K loop.
 
 One compile-time choice per config (``KernelConfig.epilogue``, the matrix's names), all sharing one
-store path (:func:`store_tile`): for each accumulator block (4 adjacent output columns of one row)
+store path (:func:`column_groups`, one issuer per column group, run among the last tile's MFMAs with
+two K chunks or after them by :func:`store_tile`): for each accumulator block (4 adjacent output
+columns of one row)
 ``res = scale * acc (+ beta * out)``, then
 
 * ``bias``: ``res += bias[col]`` (the bias reaches the kernel as fp32: the host widens TE's bf16 /
@@ -19,17 +21,19 @@ evaluated as ``x * sigmoid(2u)`` (the same function: ``(1 + tanh u) / 2 = sigmoi
 needs one ``exp`` and one division per element and no ``tanh`` expansion; its derivative is
 ``sigmoid(2u) + 2 x sigmoid(2u) (1 - sigmoid(2u)) u'`` with ``u' = sqrt(2/pi) (1 + 3 * 0.044715 x^2)``.
 
-The K loop is not touched by any of this: every epilogue runs after the last MFMA, so each config's
-loop is the plain config's, instruction for instruction (``isa.isa_report``'s ``loop_insts``).
+The K loop is not touched by any of this: every epilogue runs in or after the last tile, so each
+config's loop is the plain config's, instruction for instruction (``isa.isa_report``'s ``loop_insts``).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import NamedTuple
 
 import flydsl.expr as fx
-from flydsl._mlir.dialects import rocdl
+from flydsl._mlir import ir
+from flydsl._mlir.dialects import rocdl, scf
 from flydsl.expr import const_expr, range_constexpr
 
 from . import mfma
@@ -42,6 +46,8 @@ _LOG2E = 1.0 / math.log(2.0)
 # 4 * (l // 16) + [0, 4) at C column l % 16. C is out^T here, so the 16 lanes of one l // 16 group hold
 # the same 4 output columns at 16 different output rows: XOR shuffles over the low 4 lane bits sum them.
 _ROW_LANES = 16
+# ``reads_out`` of :func:`column_groups`: D read or not by beta at run time, one branch a column group
+BETA = "beta"
 
 
 class Parts(NamedTuple):
@@ -95,7 +101,25 @@ def dgelu(x: fx.Vector) -> fx.Vector:
 
 
 def store_tile(p, acc, thr_mma, o_buf, extras, row0, col0, bm, m, n, ld_out, scale, beta, reads_out):
-    """The epilogue for this thread's accumulators; ``extras`` = (bias, aux, partials) buffers.
+    """The epilogue of this thread's accumulators after the K loop: every column group of
+    :func:`column_groups` in turn (fp32, on LLVM's own MFMAs, and bgrad, whose row sums read the last tile
+    after its MFMAs). The others run the groups among their last tile's MFMAs (``gemm._Mma.multiply``)."""
+    if const_expr(p.pinned):
+        # MFMA results -> the reads: the wait states the compiler cannot see (kernels/mfma.py), for all
+        # accumulators at once, in each epilogue's own block (fenced per group, LLVM copied some to VGPRs
+        # before the fence). The groups' own fences need no wait states but keep each group's AGPR reads
+        # after the stores of the group before it (memory operations do not cross one): with the one
+        # fence alone, LLVM read all 256 accumulators before the first store.
+        mfma.fence_accumulators(acc)
+    for group in column_groups(p, acc, thr_mma, o_buf, extras, row0, col0, bm, m, n, ld_out, scale, beta, reads_out):
+        group(0)
+
+
+def column_groups(p, acc, thr_mma, o_buf, extras, row0, col0, bm, m, n, ld_out, scale, beta, reads_out):
+    """The epilogue for this thread's accumulators, one issuer per column group (A repetition ``i``: the
+    blocks ``(i, j)``, 4 adjacent output columns of each of the lane's rows); ``extras`` = (bias, aux,
+    partials) buffers. Issuer ``i(wait_states)`` fences group ``i``'s accumulators (kernels/mfma.py) and
+    stores them: what each lane computes before the first group (its offsets) is emitted here.
 
     Accumulator block ``(i, j)`` holds 4 adjacent columns of one output row (the tiled MMA computes
     the tile transposed); where it maps to comes from the tiled MMA's own C partition. Each block is
@@ -117,11 +141,6 @@ def store_tile(p, acc, thr_mma, o_buf, extras, row0, col0, bm, m, n, ld_out, sca
     elem_out = getattr(fx, p.out_elem)
     oob_out = -(OOB_BYTES // p.out_bytes)
     oob_f32 = -(OOB_BYTES // 4)
-    if const_expr(p.pinned):
-        # MFMA results -> the reads below: the wait states the compiler cannot see (kernels/mfma.py).
-        # Fenced here, in each epilogue's own block, so the AGPR -> VGPR reads follow the stores
-        # instead of all being hoisted above the branch between the two epilogues (which spills).
-        mfma.fence_accumulators(acc)
     a_reps = fx.size(acc.shape[1]).get_static_leaf_int
     b_reps = fx.size(acc.shape[2]).get_static_leaf_int
     n_of = thr_mma.partition_C(fx.make_view(0, fx.make_layout((p.tile_n, p.tile_m), (1, 0))))
@@ -155,8 +174,7 @@ def store_tile(p, acc, thr_mma, o_buf, extras, row0, col0, bm, m, n, ld_out, sca
         fx.copy_atom_call(buf_atom, fx.make_view(it + offset, block), r)
         return r
 
-    for i in range_constexpr(a_reps):
-        offs = [where(i, j) for j in range_constexpr(b_reps)]
+    def body(i: int, offs: list, reads: bool | None, wait_states: int | None) -> None:
         if const_expr(add_bias):
             dn = delta(i, 0)[1]
             b_off = (lane_col + dn < n).select(lane_col + dn, oob_f32)
@@ -164,24 +182,20 @@ def store_tile(p, acc, thr_mma, o_buf, extras, row0, col0, bm, m, n, ld_out, sca
         olds = []
         auxs = []
         part = None  # col_sums: this lane's sums over its rows of the column group
-        if const_expr(reads_out is None):
+        if const_expr(reads is None):
             # beta == 0 must not read D (it may hold NaN): its loads take the dropped offset (zeros).
             olds = [
                 load(atom, out_it, (beta != 0.0).select(offs[j], oob_out), elem_out) for j in range_constexpr(b_reps)
             ]
-        elif const_expr(reads_out):
+        elif const_expr(reads):
             olds = [load(atom, out_it, offs[j], elem_out) for j in range_constexpr(b_reps)]
         if const_expr(bwd_gelu):
             auxs = [load(atom, fx.get_iter(aux_buf), offs[j], elem_out) for j in range_constexpr(b_reps)]
-        if const_expr(p.pinned and i > 0):
-            # A fence without wait states per group, after the stores of the group before it (memory
-            # operations do not cross one), keeps each group's AGPR -> VGPR reads next to its stores:
-            # with the one fence above, LLVM read all 256 accumulators before the first store, and the
-            # output stream (the port's last 128 KiB of the tile) started 1000 clocks late.
-            mfma.fence_accumulators(acc, 0, i)
+        if const_expr(p.pinned and wait_states is not None):
+            mfma.fence_accumulators(acc, wait_states, i)
         for j in range_constexpr(b_reps):
             vals = fx.Vector(acc[None, i, j].load(), (4,), fx.Float32) * scale  # shape (4, 1) -> (4,)
-            if const_expr(reads_out is not False):
+            if const_expr(reads is not False):
                 vals = vals + olds[j].load().to(fx.Float32) * beta
             if const_expr(add_bias):
                 vals = vals + bias_vals
@@ -199,6 +213,24 @@ def store_tile(p, acc, thr_mma, o_buf, extras, row0, col0, bm, m, n, ld_out, sca
             fx.copy_atom_call(atom, r, fx.make_view(out_it + offs[j], block))
         if const_expr(col_sums):
             _store_column_sums(p, part, part_buf, atom_f32, block, bm, lane_col + delta(i, 0)[1], n, oob_f32)
+
+    def group(i: int, wait_states: int) -> None:
+        offs = [where(i, j) for j in range_constexpr(b_reps)]
+        if const_expr(reads_out is not BETA):
+            body(i, offs, reads_out, wait_states)
+            return
+        # One branch a group on beta (uniform): the last tile's MFMAs around the groups stay in one body.
+        if const_expr(p.pinned):
+            mfma.fence_accumulators(acc, wait_states, i)
+        branch = scf.IfOp(fx.as_ir_value(beta != 0.0), [], has_else=True)
+        with ir.InsertionPoint(branch.regions[0].blocks[0]):
+            body(i, offs, True, None)
+            scf.YieldOp([])
+        with ir.InsertionPoint(branch.regions[1].blocks[0]):
+            body(i, offs, False, None)
+            scf.YieldOp([])
+
+    return [functools.partial(group, i) for i in range_constexpr(a_reps)]
 
 
 def _lane_xor(v: fx.Vector, lane: fx.Int32, step: int) -> fx.Vector:

@@ -640,12 +640,15 @@ class _Mma:
         fills: Sequence[Callable[[], None]] = (),
         next_stage=None,
         byte: int = 0,
+        epilogue: Sequence[Callable[[int], None]] = (),
     ) -> None:
         """One K tile from LDS stage ``stage``. Without ``handover``, ``fills`` (the DMA issuers of the next
         tile) go out first, before the tile's fragment reads; with it, they are tile t + 2's, issued with the
         hand-over of ``next_stage`` (None for the last tile), and the tile's first fragments are already
         read (by the tile before's hand-over, or the prologue). MXFP8 passes its (rhs, lhs) scale ``words``
-        and the ``byte`` of them that scales this tile."""
+        and the ``byte`` of them that scales this tile. ``epilogue`` (the last tile, two K chunks: the
+        column groups' issuers, ``epilogue.column_groups``) runs the last chunk column group by column
+        group, group g's epilogue with the MFMAs of group g + 1."""
         p, k_chunks = self.p, self.k_chunks
         if const_expr(not p.pinned):
             # LLVM's own MFMA selection (fp32: KernelConfig.agpr_accumulators): its scheduler
@@ -676,7 +679,18 @@ class _Mma:
         for kc in range_constexpr(k_chunks):
             later = [issue for side in self.reads(stage, kc + 1) for issue in side] if kc + 1 < k_chunks else []
             upcoming = [(0, b_reads[self.b_ahead :] if k_chunks == 1 else later)]
-            if const_expr(kc == k_chunks - 1):
+            a_outer = const_expr(bool(epilogue) and kc == k_chunks - 1)
+            if const_expr(a_outer):
+                # The last tile's last chunk runs column group by column group (A repetition outer), every
+                # B fragment read first, and column group g's epilogue goes out with the MFMAs of group g + 1.
+                if const_expr(k_chunks == 1):
+                    for issue in b_reads[self.b_ahead :]:
+                        issue()
+                upcoming = [
+                    ((g + 1) * b_reps, [functools.partial(epilogue[g], mfma.RESULT_WAIT_STATES)])
+                    for g in range(a_reps - 1)
+                ]
+            elif const_expr(kc == k_chunks - 1):
                 # With one K chunk the tile's own B reads run to the start of repetition b_reps - 1 -
                 # b_ahead: the hand-over, which lets the next DMA overwrite this stage, starts one after.
                 upcoming.append((0 if k_chunks > 1 else (b_reps - self.b_ahead) * a_reps, hand_over))
@@ -690,7 +704,10 @@ class _Mma:
                 words,
                 upcoming,
                 byte,
+                a_outer,
             )
+        if const_expr(bool(epilogue)):
+            epilogue[-1](mfma.RESULT_WAIT_STATES)
 
     def scale_words(
         self, lhs_scale: fx.Tensor, rhs_scale: fx.Tensor, wg: _Workgroup, m: fx.Int32, n: fx.Int32
@@ -807,8 +824,6 @@ def gemm_kernel(
             # words shift down a byte a tile.
             multiply(t % 2, words, fill_stage(t % 2, t + 2), (t + 1) % 2)
             words = mx.next_byte(words)
-        last = (k_tiles < 1).select(1, k_tiles)  # K = 0 multiplies the zero-filled stage 0
-        multiply((last + 1) % 2, words)
     else:
         # bgrad (kernels/rowsum.py): after each tile's MFMAs the first tile column adds lhs's rows up in LDS.
         # Pinned without the hand-over (bgrad): the release, tile t + 2's DMA and tile t + 1's publish come
@@ -857,26 +872,44 @@ def gemm_kernel(
                 publish(len(refill))
         if const_expr(not p.pinned):
             sync()
-        # The last tile sits in stage (k_tiles - 1) % 2; K = 0 has none, and multiplies the zeros that the
-        # all-out-of-bounds fill of tile 0 left in stage 0, giving beta * out.
-        last = (k_tiles < 1).select(1, k_tiles)
-        multiply((last + 1) % 2)
-        if const_expr(p.epi_rowsum) and bn == 0:
-            sums = rowsum.add(p, sums, a_stage((last + 1) % 2), lds.a_layout, elem_a, tid)
-            rowsum.store(p, sums, fx.rocdl.make_buffer_tensor(partials, max_size=False), row0, m, tid)
-
-    # Stage 6, the epilogue.
+        words = None
+    # The last tile sits in stage (k_tiles - 1) % 2; K = 0 has none, and multiplies the zeros that the
+    # all-out-of-bounds fill of tile 0 left in stage 0, giving beta * out.
+    last_stage = ((k_tiles < 1).select(1, k_tiles) + 1) % 2
+    # Stage 6, the epilogue. With the hand-over and two K chunks (bf16, fp16) it runs among the last tile's
+    # last-chunk MFMAs, column group by column group as they finish (``_Mma.multiply``), so the output
+    # stream overlaps the tile's compute. With one chunk (FP8, MXFP8) that order would hold all 8 B
+    # fragments at once, and LLVM then moved 64 accumulators in FP8's loop: they, fp32 and bgrad (whose row
+    # sums read the last tile after its MFMAs) store after the last tile.
     scale = _output_scale(alpha, scale_invs)
     extras = _epilogue_buffers(p, bias, aux, partials)
     tile = (p, mma.acc, mma.thr_mma, o_buf, extras, row0, col0, bm, m, n, ld_out, scale, beta)
+    overlap = mma.handover and mma.k_chunks > 1
+    if const_expr(not overlap):
+        multiply(last_stage, words)
+        if const_expr(p.epi_rowsum) and bn == 0:
+            sums = rowsum.add(p, sums, a_stage(last_stage), lds.a_layout, elem_a, tid)
+            rowsum.store(p, sums, fx.rocdl.make_buffer_tensor(partials, max_size=False), row0, m, tid)
     # beta == 0 never reads D (it may hold NaN or be uninitialised): the plain store has two bodies
-    # behind a uniform branch; the fused epilogues one, which drops D's loads at run time (two spill).
+    # behind a uniform branch (with the overlap, one a column group: epilogue.BETA); the fused epilogues
+    # one, which drops D's loads at run time (two spill).
     if const_expr(p.epi_bias or p.epi_gelu or p.epi_dgelu):
-        epilogue.store_tile(*tile, None)
+        _finish(multiply, overlap, last_stage, tile, None)
+    elif const_expr(overlap):
+        _finish(multiply, overlap, last_stage, tile, epilogue.BETA)
     elif beta == 0.0:
-        epilogue.store_tile(*tile, False)
+        _finish(multiply, overlap, last_stage, tile, False)
     else:
-        epilogue.store_tile(*tile, True)
+        _finish(multiply, overlap, last_stage, tile, True)
+
+
+def _finish(multiply: Callable, overlap: bool, stage: fx.Int32, tile: tuple, reads_out: bool | str | None) -> None:
+    """The epilogue (``epilogue.store_tile``'s arguments in ``tile``): with ``overlap``, the last tile's
+    MFMAs with the column groups among them; else after the last tile (multiplied already)."""
+    if const_expr(overlap):
+        multiply(stage, None, epilogue=epilogue.column_groups(*tile, reads_out))
+    else:
+        epilogue.store_tile(*tile, reads_out)
 
 
 def make_tiled_mma(p: GemmParams) -> fx.TiledMma:

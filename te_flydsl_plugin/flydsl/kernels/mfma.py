@@ -104,6 +104,7 @@ def gemm(
     words: tuple[list[fx.Int32], list[fx.Int32]] | None = None,
     interleave: Sequence[tuple[int, Sequence[Callable[[], None]]]] = (),
     byte: int = 0,
+    a_outer: bool = False,
 ) -> None:
     """One K chunk of the wave's MFMAs: ``acc[:, i, j] += A[:, i] . B[:, j]``, accumulators in AGPRs.
 
@@ -113,7 +114,9 @@ def gemm(
 
     The MFMAs keep their program order (side-effecting asm: neither the scheduler nor memory
     operations cross them), so this is where the kernel schedules. They run B repetition by B
-    repetition (B fragment ``j`` is dead after its ``a_reps`` MFMAs). ``interleave`` holds ``(first,
+    repetition (B fragment ``j`` is dead after its ``a_reps`` MFMAs), or with ``a_outer`` A repetition
+    by A repetition (every B fragment read already: the last tile's last chunk, whose column groups,
+    finished in turn, go to the epilogue among the MFMAs; ``gemm._Mma.multiply``). ``interleave`` holds ``(first,
     issuers)`` pairs (fragment reads, the kernel's hand-over to the next tile), each list spread over
     the MFMAs from ``first`` on its own, issuer ``t`` just before MFMA ``first + t * (total - first) //
     (len + 1)``: from 0, ``len`` = ``b_reps - 1`` puts B fragment ``t + 1``'s read at the start of B
@@ -138,19 +141,26 @@ def gemm(
             slots.setdefault(first + t * (total - first) // (len(issuers) + 1), []).append(issue)
 
     a_ops = [_operand(frag_a[None, i], a_elem) for i in range_constexpr(a_reps)]
-    for j in range_constexpr(b_reps):
-        for i in range_constexpr(a_reps):
-            for issue in slots.get(j * a_reps + i, ()):
-                issue()
-            if const_expr(i == 0):
-                b_op = _operand(frag_b[None, j], b_elem)
-            c = acc[None, i, j]
-            ops = [a_ops[i], b_op]
-            if const_expr(mx):
-                ops += [fx.as_ir_value(words[0][i]), fx.as_ir_value(words[1][j])]
-            ops.append(fx.as_ir_value(c.load()))
-            d = llvm.inline_asm(f32x4, ops, text, constraints, has_side_effects=True)
-            c.store(Vector(d, (4,), fx.Float32))
+    if const_expr(a_outer):
+        b_ops = [_operand(frag_b[None, j], b_elem) for j in range_constexpr(b_reps)]
+    if const_expr(a_outer):
+        order = [(i, j) for i in range(a_reps) for j in range(b_reps)]
+    else:
+        order = [(i, j) for j in range(b_reps) for i in range(a_reps)]
+    for nth, (i, j) in enumerate(order):
+        for issue in slots.get(nth, ()):
+            issue()
+        if const_expr(a_outer):
+            b_op = b_ops[j]
+        elif const_expr(i == 0):
+            b_op = _operand(frag_b[None, j], b_elem)
+        c = acc[None, i, j]
+        ops = [a_ops[i], b_op]
+        if const_expr(mx):
+            ops += [fx.as_ir_value(words[0][i]), fx.as_ir_value(words[1][j])]
+        ops.append(fx.as_ir_value(c.load()))
+        d = llvm.inline_asm(f32x4, ops, text, constraints, has_side_effects=True)
+        c.store(Vector(d, (4,), fx.Float32))
 
 
 def fence(values: list[ir.Value], register_class: str, wait_states: int) -> list[ir.Value]:
