@@ -794,6 +794,7 @@ def gemm_kernel(
     sync, release, publish = _sync, _release, _publish
     fill_stage, multiply, a_stage = fill.stage, mma.multiply, lds.a_stage
     scale_invs = _scale_invs(p, lhs_scale, rhs_scale)
+    sums = rowsum.start(p)  # bgrad's row sums (kernels/rowsum.py); a local of the kernel body for every config
     if const_expr(p.mx):
         # Groups of four K tiles share one scale word per repetition (kernels/mx.py): tile t's scales are
         # byte t % 4 of its group's words. Every tile hands over inside its MFMAs (_Mma), TN, NN and NT.
@@ -829,7 +830,6 @@ def gemm_kernel(
         # Pinned without the hand-over (bgrad): the release, tile t + 2's DMA and tile t + 1's publish come
         # after the tile's MFMAs and row sums, as for MXFP8. LLVM's own MFMAs (fp32) keep the sync at the
         # top of the loop with tile t + 1's DMA right after it.
-        sums = rowsum.start(p)
         fill.issue(0, 0)
         if const_expr(p.pinned):
             # Tile 1's DMA right behind tile 0's, so the port never waits for tile 0 to land; then the
