@@ -681,11 +681,9 @@ class _Mma:
             upcoming = [(0, b_reads[self.b_ahead :] if k_chunks == 1 else later)]
             a_outer = const_expr(bool(epilogue) and kc == k_chunks - 1)
             if const_expr(a_outer):
-                # The last tile's last chunk runs column group by column group (A repetition outer), every
-                # B fragment read first, and column group g's epilogue goes out with the MFMAs of group g + 1.
-                if const_expr(k_chunks == 1):
-                    for issue in b_reads[self.b_ahead :]:
-                        issue()
+                # The last tile's last chunk runs column group by column group (A repetition outer; its
+                # fragments were all read during chunk 0), and column group g's epilogue goes out with the
+                # MFMAs of group g + 1.
                 upcoming = [
                     ((g + 1) * b_reps, [functools.partial(epilogue[g], mfma.RESULT_WAIT_STATES)])
                     for g in range(a_reps - 1)

@@ -143,7 +143,6 @@ def gemm(
     a_ops = [_operand(frag_a[None, i], a_elem) for i in range_constexpr(a_reps)]
     if const_expr(a_outer):
         b_ops = [_operand(frag_b[None, j], b_elem) for j in range_constexpr(b_reps)]
-    if const_expr(a_outer):
         order = [(i, j) for i in range(a_reps) for j in range(b_reps)]
     else:
         order = [(i, j) for j in range(b_reps) for i in range(a_reps)]
