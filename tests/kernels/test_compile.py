@@ -117,13 +117,19 @@ def _is_dma(i: Inst) -> bool:
         (KernelConfig(Format.BF16, Format.BF16, True, True, Format.BF16), 32, True),
         (KernelConfig(Format.FP16, Format.FP16, False, True, Format.FP32), 32, True),
         (KernelConfig(Format.BF16, Format.BF16, True, True, Format.BF16, epilogue="bias_gelu"), 32, True),
-        (KernelConfig(Format.FP8_E4M3, Format.FP8_E4M3, True, True, Format.BF16, tile_k=128), 32, False),
+        (KernelConfig(Format.FP8_E4M3, Format.FP8_E4M3, True, True, Format.BF16, tile_k=128), 32, True),
         (
             KernelConfig(Format.FP8_E5M2, Format.FP8_E4M3, True, True, Format.BF16, tile_k=128, epilogue="dgelu"),
             32,
+            True,
+        ),
+        (
+            KernelConfig(Format.FP8_E4M3, Format.FP8_E4M3, True, True, Format.BF16, tile_k=128, epilogue="dgelu_bgrad"),
+            32,
             False,
         ),
-        (KernelConfig(Format.MXFP8_E4M3, Format.MXFP8_E4M3, True, True, Format.BF16, tile_k=128), 16, False),
+        (KernelConfig(Format.MXFP8_E4M3, Format.MXFP8_E4M3, True, True, Format.BF16, tile_k=128), 16, True),
+        (KernelConfig(Format.MXFP8_E5M2, Format.MXFP8_E4M3, False, False, Format.FP32, tile_k=128), 16, True),
     ],
     ids=lambda x: x.name if isinstance(x, KernelConfig) else str(x),
 )
@@ -133,8 +139,9 @@ def test_prologue_and_epilogue_keep_the_port_busy(cfg: KernelConfig, prologue_dm
     ``_mov`` a wave); tile 1's DMA before the first wait for memory (16 transfers a lane and tile; MXFP8
     waits for tile 0 first: its loop's LDS waits would merge badly otherwise); FP8's two scale_inv loads
     in the prologue, before that wait; and each epilogue body stores its first block before it reads
-    half the accumulators (one fence for all had LLVM read all 256 first). With two K chunks (bf16,
-    fp16) the epilogue runs among the last tile's last-chunk MFMAs, column group by column group."""
+    half the accumulators (one fence for all had LLVM read all 256 first). The epilogue runs among the
+    last tile's MFMAs, group by group (two K chunks, bf16 / fp16: column groups of the last chunk; one,
+    FP8 / MXFP8: row groups), except the one-chunk dgelu_bgrad's, whose column sums span the row groups."""
     _, insts = _instructions(cfg)
     first_dma = next(n for n, i in enumerate(insts) if _is_dma(i))
     first_wait = next(n for n, i in enumerate(insts) if i.opcode == "s_waitcnt" and "vmcnt" in i.text)
@@ -149,8 +156,8 @@ def test_prologue_and_epilogue_keep_the_port_busy(cfg: KernelConfig, prologue_dm
     tail = insts[insts.index(loop.body[-1]) :]
     first_store = next(n for n, i in enumerate(tail) if i.opcode.startswith("buffer_store"))
     assert sum(i.opcode == "v_accvgpr_read_b32" for i in tail[:first_store]) <= 128  # of 256
-    # two K chunks: the stores start among the last tile's MFMAs (at 256 x 256 on 4 waves, the last 7
-    # column groups' 56), the others store after the last one
+    # the stores start among the last tile's MFMAs (at 256 x 256 on 4 waves with the last 7 groups' 56),
+    # or after the last one
     after = sum(kloop.is_mfma(i) for i in tail[first_store:])
     assert after == (56 if overlap else 0)
 

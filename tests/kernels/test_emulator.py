@@ -115,14 +115,20 @@ def test_k_loops_run_their_back_edges(cfg: KernelConfig, k_tiles: int) -> None:
         KernelConfig(Format.BF16, Format.BF16, True, True, Format.BF16, waves=4),
         KernelConfig(Format.FP16, Format.FP16, False, True, Format.FP32, waves=4),
         KernelConfig(Format.BF16, Format.BF16, True, True, Format.BF16, tile_m=128, tile_n=128, waves=8),
+        KernelConfig(Format.FP8_E4M3, Format.FP8_E5M2, True, True, Format.FP16, tile_k=128),
+        KernelConfig(Format.FP8_E5M2, Format.FP8_E4M3, True, True, Format.FP32, tile_k=128),
+        KernelConfig(
+            Format.FP8_E4M3, Format.FP8_E4M3, True, True, Format.BF16, tile_m=128, tile_n=128, tile_k=128, waves=8
+        ),
     ],
     ids=lambda c: c.name,
 )
 @pytest.mark.parametrize("beta", [0.0, 0.75])
 def test_epilogue_among_the_last_mfmas_reads_d_by_beta(cfg: KernelConfig, beta: float) -> None:
-    """The 16-bit epilogue runs among the last tile's MFMAs, with one branch on beta a column group
-    (``gemm._finish``, ``epilogue.BETA``): beta 0 never reads D (a D full of NaN leaves no trace), any
-    other beta does (two tile columns, edges in M and N, a K tail)."""
+    """The epilogue runs among the last tile's MFMAs (16-bit: column groups of the last K chunk; FP8: the
+    row group of each B repetition), behind branches on beta (``gemm._finish``, ``epilogue.BETA``): beta 0
+    never reads D (a D full of NaN leaves no trace), any other beta does (two tile columns, edges in M
+    and N, a K tail)."""
     m, n = _fit(301, cfg, cfg.lhs_k_major), _fit(140, cfg, cfg.rhs_k_major)
     plan = plan_for(cfg, m, n, 12 * _k_unit(cfg), alpha=0.5, beta=beta, seed=5)
     if beta == 0.0:

@@ -145,6 +145,22 @@ def test_mx_epilogue_matches_reference(cfg: KernelConfig) -> None:
 
 @needs_toolchain
 @pytest.mark.emulator
+@pytest.mark.parametrize("k_major", [(True, True), (True, False), (False, False)])
+def test_mx_beta_zero_never_reads_d(k_major: tuple[bool, bool]) -> None:
+    """The epilogue runs among the last tile's MFMAs, a row group behind branches on beta
+    (``epilogue.BETA``): beta 0 over a D full of NaN leaves no trace (TN, NN and NT; two tile columns,
+    edges in M and N, a K tail in its 512 group)."""
+    cfg = KernelConfig(F.MXFP8_E4M3, F.MXFP8_E5M2, *k_major, F.BF16, tile_k=mx.TILE_K)
+    assert cfg in family.BACKED
+    m = 301 if k_major[0] else 304
+    plan = _plan(cfg, m, 272 if k_major[1] else 288, 1056, 0.5, 0.0)
+    plan.out.fill_(float("nan"))
+    _run_and_compare(plan)
+    assert not plan.out.isnan().any()
+
+
+@needs_toolchain
+@pytest.mark.emulator
 @pytest.mark.parametrize(
     ("m", "n", "k", "k_major"),
     [(301, 140, 1056, (True, True)), (16, 272, 32, (True, True)), (304, 144, 1056, (False, False))],

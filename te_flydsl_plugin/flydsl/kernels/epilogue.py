@@ -1,8 +1,8 @@
 """The GEMM family's epilogue: what happens to a tile's fp32 accumulators after the K loop.
 
 One compile-time choice per config (``KernelConfig.epilogue``, the matrix's names), all sharing one
-store path (:func:`column_groups`, one issuer per column group, run among the last tile's MFMAs with
-two K chunks or after them by :func:`store_tile`): for each accumulator block (4 adjacent output
+store path (:func:`store_groups`: the accumulators by groups, each stored block by block, among the
+last tile's MFMAs or after them by :func:`store_tile`): for each accumulator block (4 adjacent output
 columns of one row)
 ``res = scale * acc (+ beta * out)``, then
 
@@ -46,7 +46,7 @@ _LOG2E = 1.0 / math.log(2.0)
 # 4 * (l // 16) + [0, 4) at C column l % 16. C is out^T here, so the 16 lanes of one l // 16 group hold
 # the same 4 output columns at 16 different output rows: XOR shuffles over the low 4 lane bits sum them.
 _ROW_LANES = 16
-# ``reads_out`` of :func:`column_groups`: D read or not by beta at run time, one branch a column group
+# ``reads_out`` of :func:`store_groups`: D read or not by beta at run time, behind branches in each group
 BETA = "beta"
 
 
@@ -102,8 +102,9 @@ def dgelu(x: fx.Vector) -> fx.Vector:
 
 def store_tile(p, acc, thr_mma, o_buf, extras, row0, col0, bm, m, n, ld_out, scale, beta, reads_out):
     """The epilogue of this thread's accumulators after the K loop: every column group of
-    :func:`column_groups` in turn (fp32, on LLVM's own MFMAs, and bgrad, whose row sums read the last tile
-    after its MFMAs). The others run the groups among their last tile's MFMAs (``gemm._Mma.multiply``)."""
+    :func:`store_groups` in turn (fp32, on LLVM's own MFMAs, bgrad, whose row sums read the last tile after
+    its MFMAs, and the one-chunk dgelu_bgrad, whose column sums span the row groups). The others run the
+    groups among their last tile's MFMAs (``gemm._Mma.multiply``)."""
     if const_expr(p.pinned):
         # MFMA results -> the reads: the wait states the compiler cannot see (kernels/mfma.py), for all
         # accumulators at once, in each epilogue's own block (fenced per group, LLVM copied some to VGPRs
@@ -111,15 +112,19 @@ def store_tile(p, acc, thr_mma, o_buf, extras, row0, col0, bm, m, n, ld_out, sca
         # after the stores of the group before it (memory operations do not cross one): with the one
         # fence alone, LLVM read all 256 accumulators before the first store.
         mfma.fence_accumulators(acc)
-    for group in column_groups(p, acc, thr_mma, o_buf, extras, row0, col0, bm, m, n, ld_out, scale, beta, reads_out):
-        group(0)
+    for group in store_groups(p, acc, thr_mma, o_buf, extras, row0, col0, bm, m, n, ld_out, scale, beta, reads_out):
+        for issue in group(0):
+            issue()
 
 
-def column_groups(p, acc, thr_mma, o_buf, extras, row0, col0, bm, m, n, ld_out, scale, beta, reads_out):
-    """The epilogue for this thread's accumulators, one issuer per column group (A repetition ``i``: the
-    blocks ``(i, j)``, 4 adjacent output columns of each of the lane's rows); ``extras`` = (bias, aux,
-    partials) buffers. Issuer ``i(wait_states)`` fences group ``i``'s accumulators (kernels/mfma.py) and
-    stores them: what each lane computes before the first group (its offsets) is emitted here.
+def store_groups(p, acc, thr_mma, o_buf, extras, row0, col0, bm, m, n, ld_out, scale, beta, reads_out, rows=False):
+    """The epilogue for this thread's accumulators by groups: column groups (A repetition ``i``: the blocks
+    ``(i, j)``, 4 adjacent output columns of each of the lane's rows), or with ``rows`` row groups (B
+    repetition ``j``: the blocks ``(i, j)`` of all columns; the order one-chunk MFMAs finish them in);
+    ``extras`` = (bias, aux, partials) buffers. Issuer ``g(wait_states)`` is group ``g``'s head: its bias
+    and D / aux loads and the fence of its accumulators (kernels/mfma.py) go out at once, and it returns
+    the issuers of its blocks' stores, for the caller to spread over the MFMAs (``gemm._Mma.multiply``).
+    What each lane computes before the first group (its offsets) is emitted here.
 
     Accumulator block ``(i, j)`` holds 4 adjacent columns of one output row (the tiled MMA computes
     the tile transposed); where it maps to comes from the tiled MMA's own C partition. Each block is
@@ -131,7 +136,9 @@ def column_groups(p, acc, thr_mma, o_buf, extras, row0, col0, bm, m, n, ld_out, 
     stride: ``gemm.epilogue_views``). ``reads_out``: False (beta == 0: D is never read), True (beta !=
     0), or None (one body for both: D's loads take the dropped offset when beta == 0, so NaN in D stays
     out; the fused epilogues use it, because two bodies let LLVM hoist both bodies' accumulator reads
-    above the branch and spill). Each column group of blocks issues all its loads (old ``out``,
+    above the branch and spill), or ``BETA`` (branches in each group: beta != 0 stores the whole group
+    behind one, beta == 0 each block behind its own, so those can go out one an MFMA; the plain epilogue
+    among the MFMAs). Each group of blocks issues all its loads (old ``out``,
     ``aux``) before its stores, because a load after a store to the same buffer cannot be moved above
     it (the compiler must assume they alias) and would otherwise wait a full memory round trip per
     block.
@@ -174,63 +181,97 @@ def column_groups(p, acc, thr_mma, o_buf, extras, row0, col0, bm, m, n, ld_out, 
         fx.copy_atom_call(buf_atom, fx.make_view(it + offset, block), r)
         return r
 
-    def body(i: int, offs: list, reads: bool | None, wait_states: int | None) -> None:
-        if const_expr(add_bias):
+    biases: dict[int, fx.Vector] = {}  # by A repetition (the 4 output columns): loaded once, at first use
+
+    def bias_of(i: int) -> fx.Vector:
+        if i not in biases:
             dn = delta(i, 0)[1]
             b_off = (lane_col + dn < n).select(lane_col + dn, oob_f32)
-            bias_vals = load(atom_f32, fx.get_iter(bias_buf), b_off, fx.Float32).load()
+            biases[i] = load(atom_f32, fx.get_iter(bias_buf), b_off, fx.Float32).load()
+        return biases[i]
+
+    def parts(blocks: list, offs: list, reads: bool | None, fence_group: tuple, wait_states: int | None) -> list:
+        """A group's loads (old ``out``, ``aux``) and its fence now; the issuers of its blocks (one each, and
+        the column sums' after them) returned, to go out one by one."""
         olds = []
         auxs = []
-        part = None  # col_sums: this lane's sums over its rows of the column group
         if const_expr(reads is None):
             # beta == 0 must not read D (it may hold NaN): its loads take the dropped offset (zeros).
-            olds = [
-                load(atom, out_it, (beta != 0.0).select(offs[j], oob_out), elem_out) for j in range_constexpr(b_reps)
-            ]
+            olds = [load(atom, out_it, (beta != 0.0).select(off, oob_out), elem_out) for off in offs]
         elif const_expr(reads):
-            olds = [load(atom, out_it, offs[j], elem_out) for j in range_constexpr(b_reps)]
+            olds = [load(atom, out_it, off, elem_out) for off in offs]
         if const_expr(bwd_gelu):
-            auxs = [load(atom, fx.get_iter(aux_buf), offs[j], elem_out) for j in range_constexpr(b_reps)]
+            auxs = [load(atom, fx.get_iter(aux_buf), off, elem_out) for off in offs]
         if const_expr(p.pinned and wait_states is not None):
-            mfma.fence_accumulators(acc, wait_states, i)
-        for j in range_constexpr(b_reps):
+            mfma.fence_accumulators(acc, wait_states, fence_group)
+        sums = []  # col_sums (column groups only): this lane's sums over its rows of the column group
+
+        def store(nth: int) -> None:
+            i, j = blocks[nth]
+            off = offs[nth]
             vals = fx.Vector(acc[None, i, j].load(), (4,), fx.Float32) * scale  # shape (4, 1) -> (4,)
             if const_expr(reads is not False):
-                vals = vals + olds[j].load().to(fx.Float32) * beta
+                vals = vals + olds[nth].load().to(fx.Float32) * beta
             if const_expr(add_bias):
-                vals = vals + bias_vals
+                vals = vals + bias_of(i)
             if const_expr(fwd_gelu):
                 pre = fx.make_rmem_tensor(block, elem_out)
                 pre.store(vals.to(elem_out))
-                fx.copy_atom_call(atom, pre, fx.make_view(fx.get_iter(aux_buf) + offs[j], block))
+                fx.copy_atom_call(atom, pre, fx.make_view(fx.get_iter(aux_buf) + off, block))
                 vals = gelu(vals)
             if const_expr(bwd_gelu):
-                vals = vals * dgelu(auxs[j].load().to(fx.Float32))
+                vals = vals * dgelu(auxs[nth].load().to(fx.Float32))
             if const_expr(col_sums):
-                part = vals if part is None else part + vals
+                sums.append(vals if not sums else sums.pop() + vals)
             r = fx.make_rmem_tensor(block, elem_out)
             r.store(vals.to(elem_out))
-            fx.copy_atom_call(atom, r, fx.make_view(out_it + offs[j], block))
-        if const_expr(col_sums):
-            _store_column_sums(p, part, part_buf, atom_f32, block, bm, lane_col + delta(i, 0)[1], n, oob_f32)
+            fx.copy_atom_call(atom, r, fx.make_view(out_it + off, block))
 
-    def group(i: int, wait_states: int) -> None:
-        offs = [where(i, j) for j in range_constexpr(b_reps)]
+        def column_sums() -> None:
+            col = lane_col + delta(blocks[0][0], 0)[1]
+            _store_column_sums(p, sums[0], part_buf, atom_f32, block, bm, col, n, oob_f32)
+
+        return [functools.partial(store, nth) for nth in range(len(blocks))] + ([column_sums] if col_sums else [])
+
+    def group(g: int, wait_states: int) -> list:
+        fence_group = (None, g) if rows else (g, None)
+        blocks = [(i, g) for i in range_constexpr(a_reps)] if rows else [(g, j) for j in range_constexpr(b_reps)]
+        offs = [where(i, j) for i, j in blocks]
+        if const_expr(add_bias):  # issued first, and in the group's own block, which every group after reads
+            for i in sorted({i for i, _ in blocks}):
+                bias_of(i)
         if const_expr(reads_out is not BETA):
-            body(i, offs, reads_out, wait_states)
-            return
-        # One branch a group on beta (uniform): the last tile's MFMAs around the groups stay in one body.
+            return parts(blocks, offs, reads_out, fence_group, wait_states)
+        # On beta (uniform): beta != 0 stores the whole group here, behind one branch (its loads of D go
+        # out first); beta == 0 each block behind its own, so the blocks can go out one an MFMA.
         if const_expr(p.pinned):
-            mfma.fence_accumulators(acc, wait_states, i)
-        branch = scf.IfOp(fx.as_ir_value(beta != 0.0), [], has_else=True)
-        with ir.InsertionPoint(branch.regions[0].blocks[0]):
-            body(i, offs, True, None)
-            scf.YieldOp([])
-        with ir.InsertionPoint(branch.regions[1].blocks[0]):
-            body(i, offs, False, None)
-            scf.YieldOp([])
+            mfma.fence_accumulators(acc, wait_states, fence_group)
+        _when(beta != 0.0, parts(blocks, offs, True, fence_group, None))
+        return [functools.partial(_when_beta_is_zero, beta, [f]) for f in parts(blocks, offs, False, fence_group, None)]
 
-    return [functools.partial(group, i) for i in range_constexpr(a_reps)]
+    return [functools.partial(group, g) for g in range_constexpr(b_reps if rows else a_reps)]
+
+
+def _when(cond: fx.Boolean, issuers: list) -> None:
+    """``issuers`` behind one uniform branch on ``cond``."""
+    branch = scf.IfOp(fx.as_ir_value(cond), [], has_else=False)
+    with ir.InsertionPoint(branch.regions[0].blocks[0]):
+        for issue in issuers:
+            issue()
+        scf.YieldOp([])
+
+
+def _when_beta_is_zero(beta: fx.Float32, issuers: list) -> None:
+    """``issuers`` behind one uniform branch on beta == 0, tested on beta's bits without the sign (zero
+    for either zero, as the float compare) passed through an empty asm at each branch.
+
+    A compare the branches share stays live as a lane mask, and LLVM branched on it in four scalar
+    instructions (``s_and_b64`` with exec, ``s_cselect``, ``s_cmp``, ``s_cbranch``); with the asm each
+    branch compares its own copy (``s_mov``, ``s_cmp``, ``s_cbranch``). Not for beta != 0's branch:
+    on the integer compare LLVM hoisted its loads of D above it, reading D whatever beta.
+    """
+    bits = fx.Int32(mfma.fence([fx.as_ir_value(beta.bitcast(fx.Int32) & 0x7FFFFFFF)], "s", 0)[0])
+    _when(bits == 0, issuers)
 
 
 def _lane_xor(v: fx.Vector, lane: fx.Int32, step: int) -> fx.Vector:

@@ -640,15 +640,16 @@ class _Mma:
         fills: Sequence[Callable[[], None]] = (),
         next_stage=None,
         byte: int = 0,
-        epilogue: Sequence[Callable[[int], None]] = (),
+        epilogue: Sequence[Callable[[int], list]] = (),
     ) -> None:
         """One K tile from LDS stage ``stage``. Without ``handover``, ``fills`` (the DMA issuers of the next
         tile) go out first, before the tile's fragment reads; with it, they are tile t + 2's, issued with the
         hand-over of ``next_stage`` (None for the last tile), and the tile's first fragments are already
         read (by the tile before's hand-over, or the prologue). MXFP8 passes its (rhs, lhs) scale ``words``
-        and the ``byte`` of them that scales this tile. ``epilogue`` (the last tile, two K chunks: the
-        column groups' issuers, ``epilogue.column_groups``) runs the last chunk column group by column
-        group, group g's epilogue with the MFMAs of group g + 1."""
+        and the ``byte`` of them that scales this tile. ``epilogue`` (the last tile: the groups' issuers,
+        ``epilogue.store_groups``) stores each group as its MFMAs finish: group g's head with the first
+        MFMA of group g + 1, its blocks one an MFMA after it (one K chunk: row groups, B repetition by B
+        repetition; two: column groups, the last chunk A repetition by A repetition)."""
         p, k_chunks = self.p, self.k_chunks
         if const_expr(not p.pinned):
             # LLVM's own MFMA selection (fp32: KernelConfig.agpr_accumulators): its scheduler
@@ -667,6 +668,17 @@ class _Mma:
         # among them: with several K chunks, chunk kc + 1's fragments during chunk kc; with one, each B
         # fragment b_ahead repetitions before its own (so A's and b_ahead + 1 of B's are live).
         b_reads = self.reads(stage, 0)[1]
+        b_reps = fx.size(self.frag_lhs.shape[1]).get_static_leaf_int
+        a_reps = fx.size(self.frag_rhs.shape[1]).get_static_leaf_int
+        taken = None
+        if const_expr(bool(epilogue) and k_chunks == 1):
+            # The last tile's B fragments are all read at its start (none is read for a next tile), and
+            # their operands taken at once: held as fragments across the epilogue's beta branches, 8-bit
+            # ones went to one register a byte, put back together by VALU before each MFMA.
+            taken = {j: mfma.operand(self.frag_lhs[None, j, 0], p.lhs_elem) for j in range(self.b_ahead)}
+            for j in range(self.b_ahead, b_reps):
+                b_reads[j]()
+                taken[j] = mfma.operand(self.frag_lhs[None, j, 0], p.lhs_elem)
         hand_over = []
         if const_expr(not self.handover):
             for issue in fills:
@@ -674,20 +686,26 @@ class _Mma:
             self.issue_first_reads(stage)
         elif const_expr(next_stage is not None):
             hand_over = [_release, *fills, functools.partial(_publish, len(fills)), *self.first_reads(next_stage)]
-        b_reps = fx.size(self.frag_lhs.shape[1]).get_static_leaf_int
-        a_reps = fx.size(self.frag_rhs.shape[1]).get_static_leaf_int
+        # The epilogue's groups (the last tile): group g's head (its loads and fence) with the first MFMA of
+        # group g + 1, then its blocks one an MFMA, so the VALU work of the stores fills the MFMAs' shadow
+        # (a whole group at once left the XDL idle while it issued, and the next group's MFMAs back to
+        # back: slower than after the loop wherever a CU's bandwidth share exceeds 24 B/clock).
+        per_group = a_reps if k_chunks == 1 else b_reps
+        pending: dict[int, list] = {}
+        epilogue_at = []
+        for g in range(len(epilogue) - 1):
+            first = (g + 1) * per_group
+            epilogue_at.append((first, [functools.partial(self._group, pending, taken, g, epilogue[g])]))
+            parts = [functools.partial(self._part, pending, g, t, per_group) for t in range(per_group)]
+            epilogue_at += [(first + t, [part]) for t, part in enumerate(parts)]
         for kc in range_constexpr(k_chunks):
             later = [issue for side in self.reads(stage, kc + 1) for issue in side] if kc + 1 < k_chunks else []
             upcoming = [(0, b_reads[self.b_ahead :] if k_chunks == 1 else later)]
-            a_outer = const_expr(bool(epilogue) and kc == k_chunks - 1)
-            if const_expr(a_outer):
-                # The last tile's last chunk runs column group by column group (A repetition outer; its
-                # fragments were all read during chunk 0), and column group g's epilogue goes out with the
-                # MFMAs of group g + 1.
-                upcoming = [
-                    ((g + 1) * b_reps, [functools.partial(epilogue[g], mfma.RESULT_WAIT_STATES)])
-                    for g in range(a_reps - 1)
-                ]
+            a_outer = const_expr(bool(epilogue) and k_chunks > 1 and kc == k_chunks - 1)
+            if const_expr(bool(epilogue) and (k_chunks == 1 or a_outer)):
+                # Two chunks: the last one runs column group by column group (A repetition outer; its
+                # fragments were all read during chunk 0).
+                upcoming = epilogue_at
             elif const_expr(kc == k_chunks - 1):
                 # With one K chunk the tile's own B reads run to the start of repetition b_reps - 1 -
                 # b_ahead: the hand-over, which lets the next DMA overwrite this stage, starts one after.
@@ -703,9 +721,28 @@ class _Mma:
                 upcoming,
                 byte,
                 a_outer,
+                taken,
             )
         if const_expr(bool(epilogue)):
-            epilogue[-1](mfma.RESULT_WAIT_STATES)
+            last = len(epilogue) - 1
+            self._group(pending, taken, last, epilogue[last])
+            self._part(pending, last, 0, 1)
+
+    @staticmethod
+    def _group(pending: dict, taken: dict | None, g: int, head: Callable[[int], list]) -> None:
+        """Group ``g``'s head (``epilogue.store_groups``), its block issuers kept in ``pending``. Before the
+        first, the B operands the MFMAs still need pass through an empty asm: they cross the epilogue's
+        beta branches as the MFMA's 32-bit words (``_Mma.multiply``)."""
+        if const_expr(taken is not None and g == 0):
+            live = [r for r in sorted(taken) if r > 0]
+            taken.update(zip(live, mfma.fence([taken[r] for r in live], "v", 0), strict=True))
+        pending[g] = head(mfma.RESULT_WAIT_STATES)
+
+    @staticmethod
+    def _part(pending: dict, g: int, t: int, slots: int) -> None:
+        """Group ``g``'s block ``t`` out of ``pending``; the last of ``slots`` also every one after it."""
+        for issue in pending[g][t : None if t == slots - 1 else t + 1]:
+            issue()
 
     def scale_words(
         self, lhs_scale: fx.Tensor, rhs_scale: fx.Tensor, wg: _Workgroup, m: fx.Int32, n: fx.Int32
@@ -874,15 +911,16 @@ def gemm_kernel(
     # The last tile sits in stage (k_tiles - 1) % 2; K = 0 has none, and multiplies the zeros that the
     # all-out-of-bounds fill of tile 0 left in stage 0, giving beta * out.
     last_stage = ((k_tiles < 1).select(1, k_tiles) + 1) % 2
-    # Stage 6, the epilogue. With the hand-over and two K chunks (bf16, fp16) it runs among the last tile's
-    # last-chunk MFMAs, column group by column group as they finish (``_Mma.multiply``), so the output
-    # stream overlaps the tile's compute. With one chunk (FP8, MXFP8) that order would hold all 8 B
-    # fragments at once, and LLVM then moved 64 accumulators in FP8's loop: they, fp32 and bgrad (whose row
-    # sums read the last tile after its MFMAs) store after the last tile.
+    # Stage 6, the epilogue. With the hand-over it runs among the last tile's MFMAs, group by group as they
+    # finish (``_Mma.multiply``), so the output stream overlaps the tile's compute: column groups of the
+    # last chunk with two K chunks (bf16, fp16), row groups (B repetitions) with one (FP8, MXFP8, whose
+    # column order would hold all 8 B fragments at once: LLVM then moved 64 accumulators in FP8's loop).
+    # fp32, bgrad (whose row sums read the last tile after its MFMAs) and the one-chunk dgelu_bgrad (its
+    # column sums span the row groups) store after the last tile.
     scale = _output_scale(alpha, scale_invs)
     extras = _epilogue_buffers(p, bias, aux, partials)
     tile = (p, mma.acc, mma.thr_mma, o_buf, extras, row0, col0, bm, m, n, ld_out, scale, beta)
-    overlap = mma.handover and mma.k_chunks > 1
+    overlap = mma.handover and (mma.k_chunks > 1 or not p.epi_colsum)
     if const_expr(not overlap):
         multiply(last_stage, words)
         if const_expr(p.epi_rowsum) and bn == 0:
@@ -892,20 +930,25 @@ def gemm_kernel(
     # behind a uniform branch (with the overlap, one a column group: epilogue.BETA); the fused epilogues
     # one, which drops D's loads at run time (two spill).
     if const_expr(p.epi_bias or p.epi_gelu or p.epi_dgelu):
-        _finish(multiply, overlap, last_stage, tile, None)
+        _finish(multiply, overlap, last_stage, words, tile, None)
     elif const_expr(overlap):
-        _finish(multiply, overlap, last_stage, tile, epilogue.BETA)
+        _finish(multiply, overlap, last_stage, words, tile, epilogue.BETA)
     elif beta == 0.0:
-        _finish(multiply, overlap, last_stage, tile, False)
+        _finish(multiply, overlap, last_stage, words, tile, False)
     else:
-        _finish(multiply, overlap, last_stage, tile, True)
+        _finish(multiply, overlap, last_stage, words, tile, True)
 
 
-def _finish(multiply: Callable, overlap: bool, stage: fx.Int32, tile: tuple, reads_out: bool | str | None) -> None:
+def _finish(
+    multiply: Callable, overlap: bool, stage: fx.Int32, words: tuple | None, tile: tuple, reads_out: bool | str | None
+) -> None:
     """The epilogue (``epilogue.store_tile``'s arguments in ``tile``): with ``overlap``, the last tile's
-    MFMAs with the column groups among them; else after the last tile (multiplied already)."""
+    MFMAs with the groups among them (row groups with one K chunk); else after the last tile (multiplied
+    already)."""
     if const_expr(overlap):
-        multiply(stage, None, epilogue=epilogue.column_groups(*tile, reads_out))
+        p = tile[0]
+        groups = epilogue.store_groups(*tile, reads_out, rows=p.tile_k == p.mma_k)
+        multiply(stage, words, epilogue=groups)
     else:
         epilogue.store_tile(*tile, reads_out)
 

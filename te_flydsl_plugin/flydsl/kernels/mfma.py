@@ -84,7 +84,7 @@ def _asm(a_elem: str, b_elem: str, mx: bool, byte: int = 0) -> tuple[str, str]:
     return f"{op} $0, $1, $2, $0, $3, $4 {sel} {formats}", "=a,v,v,v,v,0"
 
 
-def _operand(frag: fx.Tensor, elem: str) -> ir.Value:
+def operand(frag: fx.Tensor, elem: str) -> ir.Value:
     """One lane's A or B fragment of one MFMA as the register tuple the instruction reads."""
     vec = frag.load()
     if const_expr(elem == "Float32"):
@@ -105,12 +105,16 @@ def gemm(
     interleave: Sequence[tuple[int, Sequence[Callable[[], None]]]] = (),
     byte: int = 0,
     a_outer: bool = False,
+    taken: dict[int, ir.Value] | None = None,
 ) -> None:
     """One K chunk of the wave's MFMAs: ``acc[:, i, j] += A[:, i] . B[:, j]``, accumulators in AGPRs.
 
     ``acc`` is the tiled MMA's C fragment ``(4, a_reps, b_reps)``, ``frag_a`` / ``frag_b`` its A / B
     fragments ``(values, reps)`` of one K chunk. MXFP8 passes the E8M0 scale words of each A and B
-    repetition, this K-step's scale in byte ``byte`` (kernels/mx.py).
+    repetition, this K-step's scale in byte ``byte`` (kernels/mx.py). ``taken``: B's operands by
+    repetition, taken from the fragments by the caller (the last one-chunk tile, whose epilogue branches
+    would otherwise carry 8-bit fragments across as bytes: ``gemm._Mma.multiply``); None takes each at
+    its repetition's first MFMA.
 
     The MFMAs keep their program order (side-effecting asm: neither the scheduler nor memory
     operations cross them), so this is where the kernel schedules. They run B repetition by B
@@ -140,9 +144,9 @@ def gemm(
         for t, issue in enumerate(issuers):
             slots.setdefault(first + t * (total - first) // (len(issuers) + 1), []).append(issue)
 
-    a_ops = [_operand(frag_a[None, i], a_elem) for i in range_constexpr(a_reps)]
+    a_ops = [operand(frag_a[None, i], a_elem) for i in range_constexpr(a_reps)]
     if const_expr(a_outer):
-        b_ops = [_operand(frag_b[None, j], b_elem) for j in range_constexpr(b_reps)]
+        b_ops = [operand(frag_b[None, j], b_elem) for j in range_constexpr(b_reps)]
         order = [(i, j) for i in range(a_reps) for j in range(b_reps)]
     else:
         order = [(i, j) for j in range(b_reps) for i in range(a_reps)]
@@ -152,7 +156,7 @@ def gemm(
         if const_expr(a_outer):
             b_op = b_ops[j]
         elif const_expr(i == 0):
-            b_op = _operand(frag_b[None, j], b_elem)
+            b_op = taken[j] if taken is not None else operand(frag_b[None, j], b_elem)
         c = acc[None, i, j]
         ops = [a_ops[i], b_op]
         if const_expr(mx):
@@ -164,7 +168,7 @@ def gemm(
 
 def fence(values: list[ir.Value], register_class: str, wait_states: int) -> list[ir.Value]:
     """``values`` after ``wait_states`` wait states: one asm statement of ``s_nop``s that takes them
-    (``register_class`` ``"a"`` or ``"v"``) and hands them back unchanged in the same registers.
+    (``register_class`` ``"a"``, ``"v"`` or ``"s"``) and hands them back unchanged in the same registers.
 
     Whatever produced the values must issue before it, and whatever reads what it returns after it,
     so the nops separate the two whatever the scheduler does (see the module docstring).
@@ -190,13 +194,19 @@ def fence(values: list[ir.Value], register_class: str, wait_states: int) -> list
     return [result] if one else [llvm.extractvalue(t, result, [i]) for i, t in enumerate(types)]
 
 
-def fence_accumulators(acc: fx.Tensor, wait_states: int = RESULT_WAIT_STATES, rep: int | None = None) -> None:
-    """Pass every accumulator block of ``acc`` (of A repetition ``rep`` only, when given) through one
-    :func:`fence`, in place (AGPRs)."""
+def fence_accumulators(
+    acc: fx.Tensor, wait_states: int = RESULT_WAIT_STATES, group: tuple[int | None, int | None] = (None, None)
+) -> None:
+    """Pass accumulator blocks of ``acc`` through one :func:`fence`, in place (AGPRs): every block, or with
+    ``group = (i, j)`` those of A repetition ``i`` and / or B repetition ``j`` only (None: all of that axis)."""
     a_reps = fx.size(acc.shape[1]).get_static_leaf_int
     b_reps = fx.size(acc.shape[2]).get_static_leaf_int
-    rows = range_constexpr(a_reps) if rep is None else (rep,)
-    blocks = [acc[None, i, j] for i in rows for j in range_constexpr(b_reps)]
+    a_sel, b_sel = group
+    blocks = [
+        acc[None, i, j]
+        for i in (range_constexpr(a_reps) if a_sel is None else (a_sel,))
+        for j in (range_constexpr(b_reps) if b_sel is None else (b_sel,))
+    ]
     fenced = fence([fx.as_ir_value(b.load()) for b in blocks], "a", wait_states)
     for b, v in zip(blocks, fenced, strict=True):
         b.store(Vector(v, (4,), fx.Float32))
