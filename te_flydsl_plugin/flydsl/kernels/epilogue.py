@@ -134,9 +134,9 @@ def store_groups(p, acc, thr_mma, o_buf, extras, row0, col0, bm, m, n, ld_out, s
     past M and columns past N go through the out-of-bounds offset: the hardware drops those stores
     and answers those loads with zeros. ``aux`` shares ``out``'s offsets (same dtype, same leading
     stride: ``gemm.epilogue_views``). ``reads_out``: False (beta == 0: D is never read), True (beta !=
-    0), or None (one body for both: D's loads take the dropped offset when beta == 0, so NaN in D stays
-    out; the fused epilogues use it, because two bodies let LLVM hoist both bodies' accumulator reads
-    above the branch and spill), or ``BETA`` (branches in each group: beta != 0 stores the whole group
+    0), or None (one body for both: D's loads behind a branch on beta that gives zeros when beta == 0,
+    so NaN in D stays out; the fused epilogues use it, because two bodies let LLVM hoist both bodies'
+    accumulator reads above the branch and spill), or ``BETA`` (branches in each group: beta != 0 stores the whole group
     behind one, beta == 0 each block behind its own, so those can go out one an MFMA; the plain epilogue
     among the MFMAs). Each group of blocks issues all its loads (old ``out``,
     ``aux``) before its stores, because a load after a store to the same buffer cannot be moved above
@@ -196,8 +196,9 @@ def store_groups(p, acc, thr_mma, o_buf, extras, row0, col0, bm, m, n, ld_out, s
         olds = []
         auxs = []
         if const_expr(reads is None):
-            # beta == 0 must not read D (it may hold NaN): its loads take the dropped offset (zeros).
-            olds = [load(atom, out_it, (beta != 0.0).select(off, oob_out), elem_out) for off in offs]
+            # beta == 0 must not read D (it may hold NaN): its loads stay behind a branch, zeros without.
+            loads = [functools.partial(load, atom, out_it, off, elem_out) for off in offs]
+            olds = _loaded_if(beta != 0.0, loads, elem_out)
         elif const_expr(reads):
             olds = [load(atom, out_it, off, elem_out) for off in offs]
         if const_expr(bwd_gelu):
@@ -211,7 +212,8 @@ def store_groups(p, acc, thr_mma, o_buf, extras, row0, col0, bm, m, n, ld_out, s
             off = offs[nth]
             vals = fx.Vector(acc[None, i, j].load(), (4,), fx.Float32) * scale  # shape (4, 1) -> (4,)
             if const_expr(reads is not False):
-                vals = vals + olds[nth].load().to(fx.Float32) * beta
+                old = olds[nth] if reads is None else olds[nth].load()
+                vals = vals + old.to(fx.Float32) * beta
             if const_expr(add_bias):
                 vals = vals + bias_of(i)
             if const_expr(fwd_gelu):
@@ -250,6 +252,23 @@ def store_groups(p, acc, thr_mma, o_buf, extras, row0, col0, bm, m, n, ld_out, s
         return [functools.partial(_when_beta_is_zero, beta, [f]) for f in parts(blocks, offs, False, fence_group, None)]
 
     return [functools.partial(group, g) for g in range_constexpr(b_reps if rows else a_reps)]
+
+
+def _loaded_if(cond: fx.Boolean, loads: list, elem: type) -> list[fx.Vector]:
+    """The values of ``loads`` (issuers, each returning a 4-element register tensor) behind one uniform
+    branch on ``cond``, zeros without it.
+
+    The fused epilogues' D: their loads took the dropped offset when beta == 0, so they still went out
+    (64 a wave), and vmcnt, which counts in issue order, made each group's wait for them a wait for every
+    store before them too."""
+    vec_ty = fx.Vector.make_type(4, elem)
+    branch = scf.IfOp(fx.as_ir_value(cond), [vec_ty] * len(loads), has_else=True)
+    with ir.InsertionPoint(branch.regions[0].blocks[0]):
+        scf.YieldOp([fx.as_ir_value(issue().load()) for issue in loads])
+    with ir.InsertionPoint(branch.regions[1].blocks[0]):
+        zero = fx.as_ir_value(fx.Vector.filled((4,), 0.0, elem))
+        scf.YieldOp([zero] * len(loads))
+    return [fx.Vector(r, (4,), elem) for r in branch.results]
 
 
 def _when(cond: fx.Boolean, issuers: list) -> None:
