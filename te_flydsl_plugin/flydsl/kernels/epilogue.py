@@ -136,9 +136,9 @@ def store_groups(p, acc, thr_mma, o_buf, extras, row0, col0, bm, m, n, ld_out, s
     stride: ``gemm.epilogue_views``). ``reads_out``: False (beta == 0: D is never read), True (beta !=
     0), or None (one body for both: D's loads behind a branch on beta that gives zeros when beta == 0,
     so NaN in D stays out; the fused epilogues use it, because two bodies let LLVM hoist both bodies'
-    accumulator reads above the branch and spill), or ``BETA`` (branches in each group: beta != 0 stores the whole group
-    behind one, beta == 0 each block behind its own, so those can go out one an MFMA; the plain epilogue
-    among the MFMAs). Each group of blocks issues all its loads (old ``out``,
+    accumulator reads above the branch and spill), or ``BETA`` (branches in each group: beta != 0 stores
+    the whole group behind one, beta == 0 each block behind its own, so those can go out one an MFMA;
+    the plain epilogue among the MFMAs). Each group of blocks issues all its loads (old ``out``,
     ``aux``) before its stores, because a load after a store to the same buffer cannot be moved above
     it (the compiler must assume they alias) and would otherwise wait a full memory round trip per
     block.
@@ -205,9 +205,10 @@ def store_groups(p, acc, thr_mma, o_buf, extras, row0, col0, bm, m, n, ld_out, s
             auxs = [load(atom, fx.get_iter(aux_buf), off, elem_out) for off in offs]
         if const_expr(p.pinned and wait_states is not None):
             mfma.fence_accumulators(acc, wait_states, fence_group)
-        sums = []  # col_sums (column groups only): this lane's sums over its rows of the column group
+        part = None  # col_sums (column groups only): this lane's sums over its rows of the column group
 
         def store(nth: int) -> None:
+            nonlocal part
             i, j = blocks[nth]
             off = offs[nth]
             vals = fx.Vector(acc[None, i, j].load(), (4,), fx.Float32) * scale  # shape (4, 1) -> (4,)
@@ -224,14 +225,14 @@ def store_groups(p, acc, thr_mma, o_buf, extras, row0, col0, bm, m, n, ld_out, s
             if const_expr(bwd_gelu):
                 vals = vals * dgelu(auxs[nth].load().to(fx.Float32))
             if const_expr(col_sums):
-                sums.append(vals if not sums else sums.pop() + vals)
+                part = vals if part is None else part + vals
             r = fx.make_rmem_tensor(block, elem_out)
             r.store(vals.to(elem_out))
             fx.copy_atom_call(atom, r, fx.make_view(out_it + off, block))
 
         def column_sums() -> None:
             col = lane_col + delta(blocks[0][0], 0)[1]
-            _store_column_sums(p, sums[0], part_buf, atom_f32, block, bm, col, n, oob_f32)
+            _store_column_sums(p, part, part_buf, atom_f32, block, bm, col, n, oob_f32)
 
         return [functools.partial(store, nth) for nth in range(len(blocks))] + ([column_sums] if col_sums else [])
 

@@ -928,7 +928,7 @@ def gemm_kernel(
             rowsum.store(p, sums, fx.rocdl.make_buffer_tensor(partials, max_size=False), row0, m, tid)
     # beta == 0 never reads D (it may hold NaN or be uninitialised): the plain store has two bodies
     # behind a uniform branch (with the overlap, branches inside each group: epilogue.BETA); the fused
-    # epilogues one, which drops D's loads at run time (two spill).
+    # epilogues one, whose loads of D sit behind a branch on beta (two bodies spill).
     if const_expr(p.epi_bias or p.epi_gelu or p.epi_dgelu):
         _finish(multiply, overlap, last_stage, words, tile, None)
     elif const_expr(overlap):

@@ -120,8 +120,8 @@ def gemm(
     operations cross them), so this is where the kernel schedules. They run B repetition by B
     repetition (B fragment ``j`` is dead after its ``a_reps`` MFMAs), or with ``a_outer`` A repetition
     by A repetition (every B fragment read already: the last tile's last chunk, whose column groups,
-    finished in turn, go to the epilogue among the MFMAs; ``gemm._Mma.multiply``). ``interleave`` holds ``(first,
-    issuers)`` pairs (fragment reads, the kernel's hand-over to the next tile), each list spread over
+    finished in turn, go to the epilogue among the MFMAs; ``gemm._Mma.multiply``). ``interleave`` holds
+    ``(first, issuers)`` pairs (fragment reads, the kernel's hand-over to the next tile), each list spread over
     the MFMAs from ``first`` on its own, issuer ``t`` just before MFMA ``first + t * (total - first) //
     (len + 1)``: from 0, ``len`` = ``b_reps - 1`` puts B fragment ``t + 1``'s read at the start of B
     repetition ``t``, one repetition ahead of its use. Each read's
