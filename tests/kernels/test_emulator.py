@@ -10,9 +10,14 @@ from __future__ import annotations
 import pytest
 import torch
 
+from te_flydsl_plugin import emulator
+from te_flydsl_plugin.emulator.trace import Trace
 from te_flydsl_plugin.flydsl import executors, family
+from te_flydsl_plugin.flydsl.compiled import compile_config
+from te_flydsl_plugin.flydsl.kernels import gemm
 from te_flydsl_plugin.flydsl.kernels.config import KernelConfig
 from te_flydsl_plugin.flydsl.launch_log import LaunchLog
+from te_flydsl_plugin.flydsl.lds_conflicts import launch_values
 from te_flydsl_plugin.flydsl.plan_types import Piece
 from te_flydsl_plugin.spec import Format
 
@@ -93,20 +98,55 @@ def test_k_pieces_end_mid_tile_on_k_outer_operands(cfg: KernelConfig) -> None:
 @pytest.mark.parametrize(
     ("cfg", "k_tiles"),
     [
-        (KernelConfig(Format.BF16, Format.BF16, True, True, Format.BF16, waves=4), 5),
-        (KernelConfig(Format.BF16, Format.BF16, False, False, Format.FP32, waves=4), 6),
-        (KernelConfig(Format.FP16, Format.FP16, True, False, Format.FP16, waves=4), 7),
-        (KernelConfig(Format.FP8_E4M3, Format.FP8_E5M2, True, True, Format.BF16, tile_k=128), 6),
+        (KernelConfig(Format.BF16, Format.BF16, True, True, Format.BF16, waves=4), 6),
+        (KernelConfig(Format.BF16, Format.BF16, False, False, Format.FP32, waves=4), 7),
+        (KernelConfig(Format.FP16, Format.FP16, True, False, Format.FP16, waves=4), 3),
+        (KernelConfig(Format.FP8_E4M3, Format.FP8_E5M2, True, True, Format.BF16, tile_k=128), 7),
     ],
     ids=lambda x: x.name if isinstance(x, KernelConfig) else f"{x}tiles",
 )
 def test_k_loops_run_their_back_edges(cfg: KernelConfig, k_tiles: int) -> None:
-    """K long enough for every loop's back edge, the last tile with a K tail: the 16-bit loops run pairs
-    of tiles (``gemm_kernel``), 5 tiles two pairs and the last, 6 an odd tile after them, 7 three
-    pairs; FP8's (its first fragments read by the tile before, two B repetitions ahead) 6: two pairs,
-    an odd tile and the last."""
+    """K long enough for every loop's back edge, the last tile with a K tail: the loops with the hand-over
+    run pairs of the tiles that refill (``gemm_kernel``), then the peel (tile k_tiles - 2) and the last:
+    6 tiles two pairs, 7 two pairs and an odd tile, 3 the odd tile alone; FP8's (its first fragments
+    read by the tile before, two B repetitions ahead) 7 as well. (Two tiles, the peel and the last, are
+    ``SHAPES``' K of 9 vectors.)"""
     k = (k_tiles - 1) * cfg.tile_k + 3 * _k_unit(cfg)
     _run_and_check(cfg, _fit(272, cfg, cfg.lhs_k_major), _fit(160, cfg, cfg.rhs_k_major), k, 1.0, 0.5)
+
+
+@pytest.mark.parametrize(
+    ("cfg", "past_k"),
+    [
+        (KernelConfig(Format.BF16, Format.BF16, True, True, Format.BF16, waves=4), 0),
+        (KernelConfig(Format.FP16, Format.FP16, False, False, Format.FP32, waves=4), 0),
+        (KernelConfig(Format.FP8_E4M3, Format.FP8_E4M3, True, True, Format.BF16, tile_k=128), 0),
+        (KernelConfig(Format.BF16, Format.BF16, True, True, Format.BF16, tile_m=128, tile_n=128, waves=8), 0),
+        # MXFP8 still refills past K in its last loop tile (gemm_kernel: the peel's words spilled)
+        (KernelConfig(Format.MXFP8_E4M3, Format.MXFP8_E4M3, True, False, Format.BF16, tile_k=128), 1),
+    ],
+    ids=lambda x: x.name if isinstance(x, KernelConfig) else f"past{x}",
+)
+def test_no_transfer_goes_past_k(cfg: KernelConfig, past_k: int) -> None:
+    """A workgroup's waves issue the direct-to-LDS transfers of its K tiles and, but for MXFP8, none past
+    K: tile k_tiles - 2 (the peel) refills nothing, where it used to load a whole tile of zeros (64 KiB a
+    workgroup at 256 x 256: a tile's time on the port at a CU's share of the fabric). Traced at 5 K tiles:
+    a pair, an odd tile, the peel and the last."""
+    tiles = 5
+    ck = compile_config(cfg)
+    values = launch_values(cfg, tiles * cfg.tile_k)
+    kernarg = emulator.pack_flydsl_kernarg(ck.code_object, ck.kernel, values)
+    trace = Trace()
+    block = (gemm.block_size(cfg), 1, 1)
+    emulator.launch(ck.code_object, ck.kernel, kernarg, (1, 1, 1), block, workgroups=[(0, 0, 0)], trace=trace)
+    dma = sum(
+        1
+        for wave in trace.waves
+        for pc, _ in wave
+        if trace.insts[pc].opcode.startswith("buffer_load") and "lds" in trace.insts[pc].modifiers
+    )
+    tile_bytes = (cfg.tile_m + cfg.tile_n) * cfg.tile_k * cfg.lhs_format.itemsize
+    assert dma * 64 * 16 == (tiles + past_k) * tile_bytes
 
 
 @pytest.mark.parametrize(

@@ -542,6 +542,11 @@ def _publish(in_flight: int) -> None:
     rocdl.s_barrier()
 
 
+# MFMAs an LDS fragment read issued among them needs to land: about 64 clocks (the LDS latency of the timing
+# model, docs/perf-model.md) over the family's shortest MFMA, 4 passes of 4 clocks (kernels/mfma.py).
+_LAND_MFMAS = 4
+
+
 class _Mma:
     """Stage 4, the tile's MFMAs: the accumulators (zeroed once, in place for the whole K loop), the
     fragments read from LDS, and :meth:`multiply`, one K tile.
@@ -685,7 +690,17 @@ class _Mma:
                 issue()
             self.issue_first_reads(stage)
         elif const_expr(next_stage is not None):
-            hand_over = [_release, *fills, functools.partial(_publish, len(fills)), *self.first_reads(next_stage)]
+            hand_over = [_release, *fills] if fills else []  # the peel refills nothing: no release either
+            hand_over += [functools.partial(_publish, len(fills)), *self.first_reads(next_stage)]
+        # Where the hand-over starts in the last K chunk. With a refill: as soon as this tile's stage is
+        # read (two chunks: the chunk's start; one: B repetition b_reps - b_ahead). The peel has none to
+        # hurry, and its publish waits for the last tile to land: as late as leaves the last tile's first
+        # reads, one an MFMA after it, _LAND_MFMAS MFMAs to land (the publish at the chunk's start left
+        # its whole last chunk behind that wait, 270 clocks a tile at 22 B/clock).
+        if const_expr(fills or next_stage is None):
+            at = 0 if k_chunks > 1 else (b_reps - self.b_ahead) * a_reps
+        else:
+            at = max(0, a_reps * b_reps - len(hand_over) - _LAND_MFMAS)
         # The epilogue's groups (the last tile): group g's head (its loads and fence) with the first MFMA of
         # group g + 1, then its blocks one an MFMA, so the VALU work of the stores fills the MFMAs' shadow
         # (a whole group at once left the XDL idle while it issued, and the next group's MFMAs back to
@@ -709,7 +724,7 @@ class _Mma:
             elif const_expr(kc == k_chunks - 1):
                 # With one K chunk the tile's own B reads run to the start of repetition b_reps - 1 -
                 # b_ahead: the hand-over, which lets the next DMA overwrite this stage, starts one after.
-                upcoming.append((0 if k_chunks > 1 else (b_reps - self.b_ahead) * a_reps, hand_over))
+                upcoming.append((at, hand_over))
             mfma.gemm(
                 self.acc,
                 self.frag_rhs[None, None, kc],
@@ -777,11 +792,27 @@ def _output_scale(alpha: fx.Float32, scale_invs: tuple[fx.Float32, fx.Float32] |
     return alpha
 
 
+def _buffer_now(t: fx.Tensor) -> fx.Tensor:
+    """``t`` as a range-checked buffer (``make_buffer_tensor``) whose base and size are read from the kernel
+    arguments here, before the K loop.
+
+    The epilogue's buffers are used only after the loop, and LLVM sank their scalar loads there: into the
+    peel, whose first MFMA then waited the load's 200 clocks. Base and size pass through an empty asm
+    statement (kernels/mfma.py), which must come after the loads and stays before the loop.
+    """
+    ptr = fx.get_iter(t)
+    span = fx.as_ir_value(fx.Int32(fx.get_scalar(fx.cosize(fx.get_layout(t)))))  # elements; < 2**31 bytes
+    addr, span = mfma.fence([fx.as_ir_value(fx.ptrtoint(ptr)), span], "s", 0)
+    size = fx.Int64(fx.Int32(span) * (t.element_type.width // 8))
+    view = fx.make_view(fx.inttoptr(ptr.type, addr), fx.get_layout(t))
+    return fx.rocdl.make_buffer_tensor(view, num_records_bytes=size)
+
+
 def _epilogue_buffers(p: GemmParams, bias: fx.Tensor, aux: fx.Tensor, partials: fx.Tensor) -> tuple:
     """The epilogue's (bias, aux, partials) buffers, None where the config's epilogue reads none (bgrad's
     partials were written where the K loop ends: rowsum.store)."""
     return tuple(
-        fx.rocdl.make_buffer_tensor(t, max_size=False) if used else None
+        _buffer_now(t) if used else None
         for t, used in ((bias, p.epi_bias), (aux, p.epi_gelu or p.epi_dgelu), (partials, p.epi_colsum))
     )
 
@@ -819,7 +850,8 @@ def gemm_kernel(
     wg = _workgroup(p, m, n, k)
     tid, bm, bn, row0, col0, k_tiles = wg
     lds = _Lds(p, elem_a, elem_b)
-    o_buf = fx.rocdl.make_buffer_tensor(out, max_size=False)
+    o_buf = _buffer_now(out)
+    extras = _epilogue_buffers(p, bias, aux, partials)
     fill = _Fill(p, wg, lds, lhs, rhs, m, n, k, ld_lhs, ld_rhs)
     mma = _Mma(p, tiled_mma, tid, lds, o_buf, elem_a, elem_b)
     # Stage 5, the K loop. Ping-pong, two tiles ahead: tile t + 2 refills tile t's stage once every wave is
@@ -857,7 +889,9 @@ def gemm_kernel(
         rest = (k_tiles < 1).select(0, (k_tiles - 1) // steps * steps)  # // floors: K = 0 starts at 0
         for t in range(rest, k_tiles - 1, 1):
             # The last group but its last tile, one at a time (it crosses no group boundary): the
-            # words shift down a byte a tile.
+            # words shift down a byte a tile. Tile k_tiles - 2 refills past K (zeros): a peel, as the
+            # other formats have, must load the last tile's words before it when that tile starts a
+            # group, and those 16 loads' offsets spilled scalar registers (NN 7, fused 5).
             multiply(t % 2, words, fill_stage(t % 2, t + 2), (t + 1) % 2)
             words = mx.next_byte(words)
     else:
@@ -880,17 +914,21 @@ def gemm_kernel(
             mma.zero()
         # With the hand-over the loop runs pairs of tiles, unrolled: the stages are constants in each (their
         # bases fold into the fragment reads' and the DMAs' offsets), and each tile's first fragments, read
-        # by the tile before, have registers of their own. An odd tile before the last runs alone after it.
+        # by the tile before, have registers of their own. The loop holds the tiles that refill, 0 ..
+        # k_tiles - 3 (an odd one runs alone after the pairs); tile k_tiles - 2 is the peel, below.
+        # Without the hand-over every tile but the last is looped.
         paired = 0
+        looped = k_tiles - 1
         if const_expr(mma.handover):
-            paired = (k_tiles < 1).select(0, (k_tiles - 1) // 2 * 2)
+            looped = k_tiles - 2
+            paired = (k_tiles < 2).select(0, looped & -2)
             for g in range(0, paired, 2):
-                # Tiles g + 2 and g + 3 go into tile g's and g + 1's stages (past K they load zeros).
+                # Tiles g + 2 and g + 3 go into tile g's and g + 1's stages.
                 multiply(0, None, fill_stage(0, g + 2), 1)
                 multiply(1, None, fill_stage(1, g + 3), 0)
-        for t in range(paired, k_tiles - 1, 1):
+        for t in range(paired, looped, 1):
             if const_expr(mma.handover):
-                # Tile t + 2 goes into tile t's stage (past K, as in the last iteration, it loads zeros).
+                # Tile t + 2 goes into tile t's stage.
                 multiply(t % 2, None, fill_stage(t % 2, t + 2), (t + 1) % 2)
             elif const_expr(p.pinned):
                 multiply(t % 2)
@@ -908,9 +946,18 @@ def gemm_kernel(
         if const_expr(not p.pinned):
             sync()
         words = None
-    # The last tile sits in stage (k_tiles - 1) % 2; K = 0 has none, and multiplies the zeros that the
-    # all-out-of-bounds fill of tile 0 left in stage 0, giving beta * out.
-    last_stage = ((k_tiles < 1).select(1, k_tiles) + 1) % 2
+    if const_expr(mma.handover and not p.mx):
+        # The peel: tile k_tiles - 2, which hands over to the last tile and refills nothing, so no DMA goes
+        # past K (its zeros cost a whole tile's transfers, 64 KiB a workgroup). With K <= 1 tile (none
+        # to peel) it multiplies stage 0, tile 0 or K = 0's all-out-of-bounds zeros, and the last tile
+        # the zeros of tile 1's fill, past K: the sum is the same.
+        peel = (k_tiles < 2).select(0, k_tiles & 1)
+        multiply(peel, None, (), 1 - peel)
+        last_stage = 1 - peel
+    else:
+        # The last tile sits in stage (k_tiles - 1) % 2; K = 0 has none, and multiplies the zeros that the
+        # all-out-of-bounds fill of tile 0 left in stage 0, giving beta * out.
+        last_stage = ((k_tiles < 1).select(1, k_tiles) + 1) % 2
     # Stage 6, the epilogue. With the hand-over it runs among the last tile's MFMAs, group by group as they
     # finish (``_Mma.multiply``), so the output stream overlaps the tile's compute: column groups of the
     # last chunk with two K chunks (bf16, fp16), row groups (B repetitions) with one (FP8, MXFP8, whose
@@ -918,7 +965,6 @@ def gemm_kernel(
     # fp32, bgrad (whose row sums read the last tile after its MFMAs) and the one-chunk dgelu_bgrad (its
     # column sums span the row groups) store after the last tile.
     scale = _output_scale(alpha, scale_invs)
-    extras = _epilogue_buffers(p, bias, aux, partials)
     tile = (p, mma.acc, mma.thr_mma, o_buf, extras, row0, col0, bm, m, n, ld_out, scale, beta)
     overlap = mma.handover and (mma.k_chunks > 1 or not p.epi_colsum)
     if const_expr(not overlap):
