@@ -68,9 +68,10 @@ def tile_report(cfg: KernelConfig, arch: str = "gfx950", code_object: bytes | No
     loop = kloop.k_loop(kloop.instructions(llvm.disassemble(co, arch)))
     if loop is None:
         raise ValueError(f"{cfg.name}: no K loop (a loop holding MFMAs) in the disassembly")
-    # A loop of several K tiles an iteration (MXFP8's scale-word groups) runs twice, past its remainder.
+    # A loop of several K tiles an iteration (the hand-over's pairs, MXFP8's scale-word groups) runs
+    # twice, past the tiles after it: the peel and the last (kernels/gemm.py), or the remainder.
     per = kloop.k_tiles(loop, cfg.wave_macs)
-    k = max(K_TILES, 2 * round(per) + 1) * cfg.tile_k
+    k = max(K_TILES, 2 * round(per) + 2) * cfg.tile_k
     values = launch_values(cfg, k)  # held until the launch ends: the kernarg holds their addresses
     kernarg = emulator.pack_flydsl_kernarg(co, ck.kernel, values)
     block = (gemm.block_size(cfg), 1, 1)

@@ -6,6 +6,7 @@ The small kernels are ours (tests/emulator/kernels); the GEMM runs are the proje
 
 from __future__ import annotations
 
+import itertools
 import re
 import time
 
@@ -193,20 +194,22 @@ def test_removed_vmcnt_wait_is_an_unwaited_lds_hazard() -> None:
         _run_gemm(cfg, ck, 256, 256, 128, code_object=broken)
 
 
-@pytest.mark.parametrize("which", [0, 1, 2], ids=["pair-first", "pair-second", "odd-tile"])
+@pytest.mark.parametrize("which", [0, 1, 2, 3], ids=["pair-first", "pair-second", "odd-tile", "peel"])
 def test_removed_publish_wait_is_an_unwaited_lds_hazard(which: int) -> None:
     """The hand-over's publish waits for the next tile with the refill after it still in flight
     (``vmcnt(16)``: 16 transfers a lane and tile); the loop of pairs holds one a tile, the odd tile's
-    loop one: drop any and the next tile's fragment reads read LDS its DMA is still filling (K of 4
-    tiles runs each once: a pair, the odd tile, the last). The first ``vmcnt(16)``, the prologue's,
-    is the test above's."""
+    loop one, and the peel (the tile before the last, which refills nothing) a ``vmcnt(0)``: drop any and
+    the next tile's fragment reads read LDS its DMA is still filling (K of 5 tiles runs each once: a
+    pair, the odd tile, the peel, the last). The first ``vmcnt(16)``, the prologue's, is the test above's."""
     cfg, ck = _gemm("bf16", "bf16", True, True, "fp32")
     insts = instructions(ck.code_object, ck.kernel)
     publish = [i for i in insts if i.opcode == "s_waitcnt" and "vmcnt(16)" in i.text]
     assert len(publish) == 4
-    broken = patch_word(ck.code_object, publish[1 + which].address, S_NOP)
+    peel = [a for a, b in itertools.pairwise(insts) if a.text == "s_waitcnt vmcnt(0)" and b.opcode == "s_barrier"]
+    assert len(peel) == 1 and peel[0].address > publish[-1].address
+    broken = patch_word(ck.code_object, [*publish[1:], *peel][which].address, S_NOP)
     with pytest.raises(HazardError, match=rf"{ck.kernel}\+0x[0-9a-f]+ \[unwaited-lds\]"):
-        _run_gemm(cfg, ck, 256, 256, 256, code_object=broken)
+        _run_gemm(cfg, ck, 256, 256, 5 * cfg.tile_k, code_object=broken)
 
 
 def test_removed_release_barrier_is_an_lds_race() -> None:
