@@ -162,6 +162,33 @@ def test_prologue_and_epilogue_keep_the_port_busy(cfg: KernelConfig, prologue_dm
     assert after == (56 if overlap else 0)
 
 
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        KernelConfig(Format.MXFP8_E4M3, Format.MXFP8_E4M3, True, True, Format.BF16, tile_k=128),
+        KernelConfig(Format.MXFP8_E5M2, Format.MXFP8_E4M3, True, False, Format.FP32, tile_k=128),
+        KernelConfig(Format.MXFP8_E4M3, Format.MXFP8_E4M3, False, False, Format.FP16, tile_k=128),
+    ],
+    ids=lambda c: c.name,
+)
+def test_mx_scale_words_load_among_the_mfmas_before_the_release(cfg: KernelConfig) -> None:
+    """MXFP8's loop of four tiles loads the next group's scale words (8 + 8 a lane on 2 x 2 waves) one
+    between two MFMAs (``mx.word_loads``; all at once, before the tile, they held the XDL pipe back), and
+    at least 16 MFMAs (512 clocks) before the hand-over's release: the publish after it waits for them
+    (vmcnt counts in issue order), so they must have had time to land, and be older than the refill."""
+    _, insts = _instructions(cfg)
+    loop = kloop.k_loop(insts)
+    assert loop is not None
+    body = list(loop.body)
+    words = [n for n, i in enumerate(body) if i.opcode == "buffer_load_dword"]
+    assert len(words) == 16
+    mfmas_before = [sum(kloop.is_mfma(i) for i in body[:n]) for n in words]
+    assert len(set(mfmas_before)) == len(words)  # at most one a gap
+    release = next(n for n in range(words[-1], len(body)) if body[n].opcode == "s_barrier")
+    assert sum(kloop.is_mfma(i) for i in body[words[-1] : release]) >= 16
+    assert not any(_is_dma(i) for i in body[words[0] : words[-1]])
+
+
 def test_backed_is_part_of_the_family() -> None:
     assert set(family.BACKED) <= set(family.FAMILY)
 

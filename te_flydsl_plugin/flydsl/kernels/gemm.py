@@ -359,6 +359,18 @@ class _Lds:
         return self.b + stage * self.b_size
 
 
+class Transfers(list):
+    """One K tile's DMA issuers (:meth:`_Fill.stage`), and in ``prepare`` the issuers of the scalar work they
+    share (a K-outer operand's tile buffer: about 10 scalar instructions), which the hand-over issues on
+    their own, before its release (a transfer does it itself where nothing has). Made by a tile's first
+    transfer, that work shared one gap between two MFMAs with two transfers and held MXFP8's XDL pipe
+    back about 7 cycles a tile (llvm-mca, NN and NT)."""
+
+    def __init__(self, issuers: Sequence[Callable[[], None]], prepare: Sequence[Callable[[], None]] = ()) -> None:
+        super().__init__(issuers)
+        self.prepare = list(prepare)
+
+
 class _Fill:
     """Stage 3, the direct global->LDS DMA of both operands: what each lane loads is planned once, before
     the K loop (:meth:`_plan`); :meth:`stage` gives the issuers of one K tile's transfers."""
@@ -467,24 +479,32 @@ class _Fill:
         tile = fx.make_view(fx.get_iter(operand) + fx.Uint64(fx.Uint32(first)), fx.get_layout(operand))
         return fx.rocdl.make_buffer_tensor(tile, num_records_bytes=left)
 
-    def _issuers(self, lds_stage: fx.Pointer, plan: tuple, k_tile: fx.Int32 | int) -> list[Callable[[], None]]:
+    def _issuers(self, lds_stage: fx.Pointer, plan: tuple, k_tile: fx.Int32 | int) -> "Transfers":
         """Issuers of one operand's DMA transfers of K tile ``k_tile`` into ``lds_stage`` (:meth:`_plan`)."""
         src, loads, rows, ld, k_major = plan
         k0 = k_tile * self.p.tile_k
         made: list[fx.Tensor] = []
+        k_outer = self.p.pinned and not k_major
 
-        def source() -> fx.Tensor:
-            """The tile's source buffer; a K-outer one is made by the tile's first transfer."""
-            if const_expr(not self.p.pinned or k_major):
-                return src
+        def prepare() -> None:
+            """Make the K-outer tile's buffer (:meth:`_k_outer_tile`), once."""
             if not made:
                 made.append(self._k_outer_tile(src, ld, k_tile))
+
+        def source() -> fx.Tensor:
+            """The tile's source buffer; a K-outer one is made by the tile's first transfer unless prepared."""
+            if const_expr(not k_outer):
+                return src
+            prepare()
             return made[0]
 
-        return [
-            functools.partial(self._issue, lds_stage, k0, source, rows, ld, k_major, i, *load)
-            for i, load in enumerate(loads)
-        ]
+        return Transfers(
+            [
+                functools.partial(self._issue, lds_stage, k0, source, rows, ld, k_major, i, *load)
+                for i, load in enumerate(loads)
+            ],
+            [prepare] if k_outer else [],
+        )
 
     def _issue(self, lds_stage, k0, source, rows, ld, k_major: bool, i: int, base, g_row, g_k) -> None:
         """One lane's transfer ``i`` of a K tile starting at global K ``k0`` (``base``, ``g_row``, ``g_k``:
@@ -509,11 +529,11 @@ class _Fill:
         dst_v = fx.make_view(lds_stage + (self.wave_base + i * p.threads * self.vec), fx.make_layout(1, 1))
         fx.copy_atom_call(atom, src_v, dst_v)
 
-    def stage(self, stage: fx.Int32 | int, k_tile: fx.Int32 | int) -> list[Callable[[], None]]:
+    def stage(self, stage: fx.Int32 | int, k_tile: fx.Int32 | int) -> "Transfers":
         """Issuers of both operands' DMA transfers of K tile ``k_tile`` into LDS stage ``stage``."""
-        return self._issuers(self.lds.a_stage(stage), self.a, k_tile) + self._issuers(
-            self.lds.b_stage(stage), self.b, k_tile
-        )
+        a = self._issuers(self.lds.a_stage(stage), self.a, k_tile)
+        b = self._issuers(self.lds.b_stage(stage), self.b, k_tile)
+        return Transfers(a + b, a.prepare + b.prepare)
 
     def issue(self, stage: int, k_tile: int) -> None:
         """Issue K tile ``k_tile``'s transfers into LDS stage ``stage`` now."""
@@ -642,10 +662,11 @@ class _Mma:
         self,
         stage: fx.Int32,
         words: tuple | None = None,
-        fills: Sequence[Callable[[], None]] = (),
+        fills: Transfers | tuple = (),
         next_stage=None,
         byte: int = 0,
         epilogue: Sequence[Callable[[int], list]] = (),
+        loads: Sequence[Callable[[], None]] = (),
     ) -> None:
         """One K tile from LDS stage ``stage``. Without ``handover``, ``fills`` (the DMA issuers of the next
         tile) go out first, before the tile's fragment reads; with it, they are tile t + 2's, issued with the
@@ -654,7 +675,11 @@ class _Mma:
         and the ``byte`` of them that scales this tile. ``epilogue`` (the last tile: the groups' issuers,
         ``epilogue.store_groups``) stores each group as its MFMAs finish: group g's head with the first
         MFMA of group g + 1, its blocks one an MFMA after it (one K chunk: row groups, B repetition by B
-        repetition; two: column groups, the last chunk A repetition by A repetition)."""
+        repetition; two: column groups, the last chunk A repetition by A repetition). ``loads`` (MXFP8's next
+        scale words, ``mx.word_loads``) go out one an MFMA in the first half of the MFMAs before the
+        hand-over: older than its refill, so the publish's ``vmcnt`` waits for them too, and early enough
+        to have landed by then (spread up to the hand-over, the last ones made the publish wait most of a
+        memory latency: 46 clocks a tile more at 48 B/clock in the replay, MXFP8 TN)."""
         p, k_chunks = self.p, self.k_chunks
         if const_expr(not p.pinned):
             # LLVM's own MFMA selection (fp32: KernelConfig.agpr_accumulators): its scheduler
@@ -690,7 +715,12 @@ class _Mma:
                 issue()
             self.issue_first_reads(stage)
         elif const_expr(next_stage is not None):
-            hand_over = [_release, *fills] if fills else []  # the peel refills nothing: no release either
+            # With one K chunk the hand-over has a B repetition or two for its issuers, so the refill's shared
+            # scalar work goes first, an issuer of its own (Transfers); with two it spreads over a whole
+            # chunk and the first transfer does it (bf16 NN as an issuer of its own: 1.017 -> 1.020 the
+            # floor). The peel refills nothing: no release either.
+            prepare = fills.prepare if fills and k_chunks == 1 else []
+            hand_over = [*prepare, _release, *fills] if fills else []
             hand_over += [functools.partial(_publish, len(fills)), *self.first_reads(next_stage)]
         # Where the hand-over starts in the last K chunk. With a refill: as soon as this tile's stage is
         # read (two chunks: the chunk's start; one: B repetition b_reps - b_ahead). The peel has none to
@@ -724,7 +754,7 @@ class _Mma:
             elif const_expr(kc == k_chunks - 1):
                 # With one K chunk the tile's own B reads run to the start of repetition b_reps - 1 -
                 # b_ahead: the hand-over, which lets the next DMA overwrite this stage, starts one after.
-                upcoming.append((at, hand_over))
+                upcoming += [(0, list(loads), at // 2), (at, hand_over)]
             mfma.gemm(
                 self.acc,
                 self.frag_rhs[None, None, kc],
@@ -875,16 +905,18 @@ def gemm_kernel(
         fill.issue(1, 1)
         mma.issue_first_reads(0)  # tile 0's first fragments; each tile's hand-over reads the next one's
         # Whole groups, unrolled: tile j of a group reads byte j of its words (op_sel, no shifts), and
-        # the next group's words are loaded before the group's last tile, before its refill. vmcnt
+        # the next group's words are loaded among the group's last tile's MFMAs, one an MFMA before its
+        # hand-over (mx.word_loads), so before its refill. vmcnt
         # counts in issue order, so a wait for words loaded after tile t + 1's DMA waits for that
         # tile too: LLVM puts such a wait where the words' registers are next read or written, and
         # with a load at a group boundary of a one-tile loop that fell inside the hand-over.
         for g in range(0, (k_tiles - 1) // steps, 1):
             for j in range_constexpr(steps):
                 t = g * steps + j  # t % 2 == j % 2: the stages are constants here
+                loads = ()
                 if const_expr(j == steps - 1):  # two groups' words live during this tile only
-                    ahead = (mx.load_words(sw_rhs, g + 1, groups), mx.load_words(sw_lhs, g + 1, groups))
-                multiply(j % 2, words, fill_stage(j % 2, t + 2), (j + 1) % 2, j)  # past K: zeros
+                    loads, ahead = mx.word_loads((sw_rhs, sw_lhs), g + 1, groups)
+                multiply(j % 2, words, fill_stage(j % 2, t + 2), (j + 1) % 2, j, loads=loads)  # past K: zeros
             words = ahead
         rest = (k_tiles < 1).select(0, (k_tiles - 1) // steps * steps)  # // floors: K = 0 starts at 0
         for t in range(rest, k_tiles - 1, 1):

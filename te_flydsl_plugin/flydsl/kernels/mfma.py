@@ -102,7 +102,7 @@ def gemm(
     b_elem: str,
     mx: bool = False,
     words: tuple[list[fx.Int32], list[fx.Int32]] | None = None,
-    interleave: Sequence[tuple[int, Sequence[Callable[[], None]]]] = (),
+    interleave: Sequence[tuple[int, Sequence[Callable[[], None]]] | tuple[int, Sequence[Callable[[], None]], int]] = (),
     byte: int = 0,
     a_outer: bool = False,
     taken: dict[int, ir.Value] | None = None,
@@ -122,9 +122,10 @@ def gemm(
     by A repetition (every B fragment read already: the last tile's last chunk, whose column groups,
     finished in turn, go to the epilogue among the MFMAs; ``gemm._Mma.multiply``). ``interleave`` holds
     ``(first, issuers)`` pairs (fragment reads, the kernel's hand-over to the next tile), each list spread over
-    the MFMAs from ``first`` on its own, issuer ``t`` just before MFMA ``first + t * (total - first) //
-    (len + 1)``: from 0, ``len`` = ``b_reps - 1`` puts B fragment ``t + 1``'s read at the start of B
-    repetition ``t``, one repetition ahead of its use. Each read's
+    the MFMAs from ``first`` on its own, issuer ``t`` just before MFMA ``first + t * (end - first) //
+    (len + 1)``, ``end`` the total unless a triple ``(first, issuers, end)`` gives it (MXFP8's scale words,
+    kept before the hand-over): from 0, ``len`` = ``b_reps - 1`` puts B fragment ``t + 1``'s read at the
+    start of B repetition ``t``, one repetition ahead of its use. Each read's
     latency hides behind the MFMAs after it; a wave alone on its SIMD (4 waves) has no other wave to
     hide it. At most one issuer a gap between MFMAs keeps the XDL pipe fed: llvm-mca's gfx950 model
     dispatches one instruction a cycle and an MFMA of 4 passes holds the pipe for 4.
@@ -140,9 +141,10 @@ def gemm(
     b_reps = fx.size(acc.shape[2]).get_static_leaf_int
     total = a_reps * b_reps
     slots: dict[int, list[Callable[[], None]]] = {}
-    for first, issuers in interleave:
+    for first, issuers, *until in interleave:
+        end = until[0] if until else total
         for t, issue in enumerate(issuers):
-            slots.setdefault(first + t * (total - first) // (len(issuers) + 1), []).append(issue)
+            slots.setdefault(first + t * (end - first) // (len(issuers) + 1), []).append(issue)
 
     a_ops = [operand(frag_a[None, i], a_elem) for i in range_constexpr(a_reps)]
     if const_expr(a_outer):

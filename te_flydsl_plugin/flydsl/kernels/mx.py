@@ -11,13 +11,11 @@ MFMA repetition of each operand (8 + 8 with the 256 x 256 tile and 2 x 2 waves) 
 VGPRs: no LDS, no conversion.
 
 With ``tile_k == 128`` one K tile is one K-step, and a group of four K tiles shares the words. The K
-loop runs one tile per iteration, so tile ``t``'s byte, ``t % 4``, is a runtime value: the MFMA reads
-byte 0 (``op_sel`` 0) and after each tile the words move down one byte (:func:`next_byte`, 16
-``v_lshrrev``), or, after a group's last tile, the next group's words are loaded. Those loads are
-issued after the tile's MFMAs, before the refill of its stage, and waited for with the next tile
-(``gemm_kernel``'s publish, whose in-order ``vmcnt`` leaves only that refill in flight), so only one set of words
-(16 VGPRs on 2 x 2 waves) is ever live. (Unrolling the group would make the byte an ``op_sel``
-immediate and save the shifts, at four copies of the loop body.)
+loop runs whole groups, unrolled (``gemm.gemm_kernel``): tile ``j`` of a group reads byte ``j`` of the
+words through the MFMA's ``op_sel``, so no shifts, and the next group's words are loaded during the
+group's last tile (:func:`word_loads`, one load between two MFMAs, before the tile's refill), so two
+groups' words (2 x 16 VGPRs) are live during that tile only. The tiles after the last whole group run
+one at a time, the words moving down a byte a tile (:func:`next_byte`, 16 ``v_lshrrev``).
 
 The scale tensors reach the kernel as int32 views ``[row_tiles, groups * 64]`` of the packed bytes
 whose leading stride (words per 16-row tile of the whole operand) is a runtime layout value, so a
@@ -26,6 +24,8 @@ host-split piece passes a slice ``packed[R0:R1, T0:T1]`` without copying.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import flydsl.expr as fx
@@ -91,7 +91,33 @@ class ScaleWords:
 
 
 def load_words(sw: ScaleWords, group: fx.Int32, groups: fx.Int32) -> list[fx.Int32]:
-    """This lane's scale word of every repetition of ``sw`` for K group ``group`` of ``groups``.
+    """This lane's scale word of every repetition of ``sw`` for K group ``group`` of ``groups``, loaded now."""
+    return [_load_word(sw, tile, group, groups) for tile in sw.tiles]
+
+
+def word_loads(
+    sws: tuple[ScaleWords, ...], group: fx.Int32, groups: fx.Int32
+) -> tuple[list[Callable[[], None]], tuple[list[fx.Int32], ...]]:
+    """Issuers of the loads of :func:`load_words` for each of ``sws``, one a word, and the lists (one per
+    ``sws``, in repetition order) that the issuers fill as they run.
+
+    The K loop spreads them among a tile's MFMAs, one a gap: loaded at once, before the tile, the 16 loads
+    and their 16 scalar offsets held the XDL pipe back about 27 cycles of llvm-mca's model a group of four
+    tiles (MXFP8 NN), a third of its loop's distance from the MFMA floor.
+    """
+    words: tuple[list[fx.Int32], ...] = tuple([] for _ in sws)
+
+    def load(sw: ScaleWords, tile: fx.Int32, into: list[fx.Int32]) -> None:
+        into.append(_load_word(sw, tile, group, groups))
+
+    issuers = [
+        functools.partial(load, sw, tile, into) for sw, into in zip(sws, words, strict=True) for tile in sw.tiles
+    ]
+    return issuers, words
+
+
+def _load_word(sw: ScaleWords, tile: fx.Int32, group: fx.Int32, groups: fx.Int32) -> fx.Int32:
+    """This lane's word of the 16-row tile ``tile`` for K group ``group`` of ``groups``.
 
     ``groups`` is 0 only for K = 0, whose packed tensor is empty: the loads then go past any buffer
     (the hardware returns 0) and multiply the zero-filled stages. A function, not a method: FlyDSL's
@@ -99,11 +125,8 @@ def load_words(sw: ScaleWords, group: fx.Int32, groups: fx.Int32) -> list[fx.Int
     and a ScaleWords is not an IR value.
     """
     voff = fx.as_ir_value((groups > 0).select(sw.lane_bytes, OOB_OFFSET))
-    words = []
-    for tile in sw.tiles:
-        soff = fx.Int32(fx.get_scalar(fx.crd2idx((fx.Int32(tile), group * WORDS_PER_GROUP), sw.layout))) * 4
-        words.append(fx.Int32(_rocdl.raw_ptr_buffer_load(T.i32, sw.rsrc, voff, fx.as_ir_value(soff))))
-    return words
+    soff = fx.Int32(fx.get_scalar(fx.crd2idx((fx.Int32(tile), group * WORDS_PER_GROUP), sw.layout))) * 4
+    return fx.Int32(_rocdl.raw_ptr_buffer_load(T.i32, sw.rsrc, voff, fx.as_ir_value(soff)))
 
 
 def next_byte(words: tuple[list[fx.Int32], ...]) -> tuple[list[fx.Int32], ...]:
