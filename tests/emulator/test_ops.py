@@ -330,6 +330,26 @@ def test_ds_write_read_variants() -> None:
     assert (w.v[7] == LANE + 1000).all() and (w.v[8] == 0xBEEF0000 | LANE).all()
 
 
+def test_ds_address_wraps_at_32_bits() -> None:
+    """A DS address is VGPR + offset modulo 2**32 (LLVM folds constants into the offset whatever the base's
+    sign, ``isDSOffsetLegal``; ops_mem.py cites it): a base 0x8000 below the bytes, as a 32-bit wrapped
+    value, with ``offset:32768`` writes and reads them. Without the wrap the sum fell past the LDS and
+    read zeros, which failed MXFP8's peel at an odd count of K tiles."""
+    prog = Program(
+        """
+        v_subrev_u32_e32 v3, 0x8000, v0
+        ds_write_b32 v3, v1 offset:32768
+        ds_read_b32 v4, v3 offset:32768
+        ds_read_b32 v5, v0
+        s_waitcnt lgkmcnt(0)
+        """,
+        lds_bytes=64 * 4,
+    )
+    (w,) = prog.run(lambda w: (vset(w, 0, LANE * 4), vset(w, 1, LANE + 77)))
+    assert (w.v[3][1:] > 0xFFFF0000).all()  # the bases wrapped below zero
+    assert (w.v[4] == LANE + 77).all() and (w.v[5] == LANE + 77).all()
+
+
 def test_ds_read_b64_tr_b16_transposes_4x16_blocks() -> None:
     # LDS holds a 4 x 64 matrix of b16, row-major (row r at byte 128 * r): element (r, c) = 1000 * r + c.
     # Lane l addresses the 4 elements at row (l // 4) % 4, columns 16 * (l // 16) + 4 * (l % 4) ...

@@ -115,24 +115,31 @@ def test_k_loops_run_their_back_edges(cfg: KernelConfig, k_tiles: int) -> None:
     _run_and_check(cfg, _fit(272, cfg, cfg.lhs_k_major), _fit(160, cfg, cfg.rhs_k_major), k, 1.0, 0.5)
 
 
+_MX_NN = KernelConfig(Format.MXFP8_E4M3, Format.MXFP8_E4M3, True, False, Format.BF16, tile_k=128)
+_MX_NT = KernelConfig(Format.MXFP8_E4M3, Format.MXFP8_E4M3, False, False, Format.BF16, tile_k=128)
+
+
 @pytest.mark.parametrize(
-    ("cfg", "past_k"),
+    ("cfg", "tiles", "past_k"),
     [
-        (KernelConfig(Format.BF16, Format.BF16, True, True, Format.BF16, waves=4), 0),
-        (KernelConfig(Format.FP16, Format.FP16, False, False, Format.FP32, waves=4), 0),
-        (KernelConfig(Format.FP8_E4M3, Format.FP8_E4M3, True, True, Format.BF16, tile_k=128), 0),
-        (KernelConfig(Format.BF16, Format.BF16, True, True, Format.BF16, tile_m=128, tile_n=128, waves=8), 0),
-        # MXFP8 still refills past K in its last loop tile (gemm_kernel: the peel's words spilled)
-        (KernelConfig(Format.MXFP8_E4M3, Format.MXFP8_E4M3, True, False, Format.BF16, tile_k=128), 1),
+        (KernelConfig(Format.BF16, Format.BF16, True, True, Format.BF16, waves=4), 5, 0),
+        (KernelConfig(Format.FP16, Format.FP16, False, False, Format.FP32, waves=4), 5, 0),
+        (KernelConfig(Format.FP8_E4M3, Format.FP8_E4M3, True, True, Format.BF16, tile_k=128), 5, 0),
+        (KernelConfig(Format.BF16, Format.BF16, True, True, Format.BF16, tile_m=128, tile_n=128, waves=8), 5, 0),
+        # MXFP8 peels where the last tile shares its group of four with the tile before (gemm_kernel); where
+        # it starts a group (5 tiles), and in NT always, the tile before refills past K.
+        (_MX_NN, 8, 0),
+        (_MX_NN, 7, 0),
+        (_MX_NN, 5, 1),
+        (_MX_NT, 8, 1),
     ],
-    ids=lambda x: x.name if isinstance(x, KernelConfig) else f"past{x}",
+    ids=lambda x: x.name if isinstance(x, KernelConfig) else str(x),
 )
-def test_no_transfer_goes_past_k(cfg: KernelConfig, past_k: int) -> None:
-    """A workgroup's waves issue the direct-to-LDS transfers of its K tiles and, but for MXFP8, none past
-    K: tile k_tiles - 2 (the peel) refills nothing, where it used to load a whole tile of zeros (64 KiB a
-    workgroup at 256 x 256: a tile's time on the port at a CU's share of the fabric). Traced at 5 K tiles:
-    a pair, an odd tile, the peel and the last."""
-    tiles = 5
+def test_no_transfer_goes_past_k(cfg: KernelConfig, tiles: int, past_k: int) -> None:
+    """A workgroup's waves issue the direct-to-LDS transfers of its K tiles and none past K (but for the
+    MXFP8 cases above): tile k_tiles - 2 (the peel) refills nothing, where it used to load a whole tile of
+    zeros (64 KiB a workgroup at 256 x 256: a tile's time on the port at a CU's share of the fabric).
+    At 5 K tiles the 16-bit and FP8 loops run a pair, an odd tile, the peel and the last."""
     ck = compile_config(cfg)
     values = launch_values(cfg, tiles * cfg.tile_k)
     kernarg = emulator.pack_flydsl_kernarg(ck.code_object, ck.kernel, values)

@@ -163,10 +163,21 @@ def test_mx_beta_zero_never_reads_d(k_major: tuple[bool, bool]) -> None:
 @pytest.mark.emulator
 @pytest.mark.parametrize(
     ("m", "n", "k", "k_major"),
-    [(301, 140, 1056, (True, True)), (16, 272, 32, (True, True)), (304, 144, 1056, (False, False))],
+    [
+        (301, 140, 1056, (True, True)),
+        (16, 272, 32, (True, True)),
+        (304, 144, 1056, (False, False)),
+        (48, 32, 960, (True, True)),
+        (48, 32, 800, (True, False)),
+        (48, 32, 1056, (True, False)),
+        (48, 32, 800, (False, False)),
+    ],
 )
 def test_mx_several_tiles_and_groups(m: int, n: int, k: int, k_major: tuple[bool, bool]) -> None:
-    """Several workgroups, three K groups (the last one partial), and a K of one 32-block."""
+    """Several workgroups, three K groups (the last one partial), and a K of one 32-block. The loop's
+    ends (``gemm_kernel``): 8 K tiles run a group, two tiles alone, the peel (tile 6, no refill) and the
+    last; 7 one alone, the peel and the last; 9 a group whose last tile refills past K, as NT's last tile
+    alone always does (7 tiles), before a last tile that starts its own group."""
     cfg = KernelConfig(F.MXFP8_E5M2, F.MXFP8_E4M3, *k_major, F.FP32, tile_k=mx.TILE_K)
     assert cfg in family.BACKED
     _run_and_compare(_plan(cfg, m, n, k, 1.0, 0.0))

@@ -919,12 +919,20 @@ def gemm_kernel(
                 multiply(j % 2, words, fill_stage(j % 2, t + 2), (j + 1) % 2, j, loads=loads)  # past K: zeros
             words = ahead
         rest = (k_tiles < 1).select(0, (k_tiles - 1) // steps * steps)  # // floors: K = 0 starts at 0
-        for t in range(rest, k_tiles - 1, 1):
-            # The last group but its last tile, one at a time (it crosses no group boundary): the
-            # words shift down a byte a tile. Tile k_tiles - 2 refills past K (zeros): a peel, as the
-            # other formats have, must load the last tile's words before it when that tile starts a
-            # group, and those 16 loads' offsets spilled scalar registers (NN 7, fused 5).
+        # NT (both operands K-outer) keeps its past-K refill: with the peel below it spilled 408 registers.
+        peels = p.lhs_k_major or p.rhs_k_major
+        for t in range(rest, k_tiles - 2 if peels else k_tiles - 1, 1):
+            # The last group but its last tile, one at a time (it crosses no group boundary), but for the
+            # peel: the words shift down a byte a tile.
             multiply(t % 2, words, fill_stage(t % 2, t + 2), (t + 1) % 2)
+            words = mx.next_byte(words)
+        if const_expr(peels) and rest <= k_tiles - 2:
+            # The peel, tile k_tiles - 2, refills nothing (no DMA past K) where it shares the last group with
+            # the last tile, which then needs no words of its own. Where the last tile starts a group, the
+            # group loop's last tile is tile k_tiles - 2 and refills past K (zeros): loading the last
+            # tile's words before a peel spilled scalar registers (NN 7, fused 5).
+            peel_stage = k_tiles % 2
+            multiply(peel_stage, words, (), 1 - peel_stage)
             words = mx.next_byte(words)
     else:
         # bgrad (kernels/rowsum.py): after each tile's MFMAs the first tile column adds lhs's rows up in LDS.
