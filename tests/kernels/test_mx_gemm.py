@@ -145,6 +145,28 @@ def test_mx_epilogue_matches_reference(cfg: KernelConfig) -> None:
 
 @needs_toolchain
 @pytest.mark.emulator
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        c
+        for c in MX_EPILOGUES
+        if (c.epilogue, c.out_format, c.lhs_format)
+        in (("bias_gelu", Format.FP16, Format.MXFP8_E4M3), ("dgelu_bgrad", Format.BF16, Format.MXFP8_E5M2))
+    ],
+    ids=lambda c: c.name,
+)
+def test_mx_epilogue_after_the_peel_in_either_stage(cfg: KernelConfig) -> None:
+    """The fused epilogues after MXFP8's peel (``gemm_kernel``) in stage 1 (7 K tiles: a group, one tile
+    alone, the peel, the last) and stage 0 (8): TN bias_gelu with fp16 out, NN dgelu_bgrad E5M2 x E4M3;
+    edges in M and N, a K tail."""
+    m = 37 if cfg.lhs_k_major else 48
+    n = 20 if cfg.rhs_k_major else 32
+    for k in (800, 960):
+        run_and_compare(with_epilogue(_plan(cfg, m, n, k, 0.5, 0.75), m + n))
+
+
+@needs_toolchain
+@pytest.mark.emulator
 @pytest.mark.parametrize("k_major", [(True, True), (True, False), (False, False)])
 def test_mx_beta_zero_never_reads_d(k_major: tuple[bool, bool]) -> None:
     """The epilogue runs among the last tile's MFMAs, a row group behind branches on beta
