@@ -479,7 +479,7 @@ class _Fill:
         tile = fx.make_view(fx.get_iter(operand) + fx.Uint64(fx.Uint32(first)), fx.get_layout(operand))
         return fx.rocdl.make_buffer_tensor(tile, num_records_bytes=left)
 
-    def _issuers(self, lds_stage: fx.Pointer, plan: tuple, k_tile: fx.Int32 | int) -> "Transfers":
+    def _issuers(self, lds_stage: fx.Pointer, plan: tuple, k_tile: fx.Int32 | int) -> Transfers:
         """Issuers of one operand's DMA transfers of K tile ``k_tile`` into ``lds_stage`` (:meth:`_plan`)."""
         src, loads, rows, ld, k_major = plan
         k0 = k_tile * self.p.tile_k
@@ -529,7 +529,7 @@ class _Fill:
         dst_v = fx.make_view(lds_stage + (self.wave_base + i * p.threads * self.vec), fx.make_layout(1, 1))
         fx.copy_atom_call(atom, src_v, dst_v)
 
-    def stage(self, stage: fx.Int32 | int, k_tile: fx.Int32 | int) -> "Transfers":
+    def stage(self, stage: fx.Int32 | int, k_tile: fx.Int32 | int) -> Transfers:
         """Issuers of both operands' DMA transfers of K tile ``k_tile`` into LDS stage ``stage``."""
         a = self._issuers(self.lds.a_stage(stage), self.a, k_tile)
         b = self._issuers(self.lds.b_stage(stage), self.b, k_tile)
@@ -906,10 +906,10 @@ def gemm_kernel(
         mma.issue_first_reads(0)  # tile 0's first fragments; each tile's hand-over reads the next one's
         # Whole groups, unrolled: tile j of a group reads byte j of its words (op_sel, no shifts), and
         # the next group's words are loaded among the group's last tile's MFMAs, one an MFMA before its
-        # hand-over (mx.word_loads), so before its refill. vmcnt
-        # counts in issue order, so a wait for words loaded after tile t + 1's DMA waits for that
-        # tile too: LLVM puts such a wait where the words' registers are next read or written, and
-        # with a load at a group boundary of a one-tile loop that fell inside the hand-over.
+        # hand-over (mx.word_loads), so before its refill. vmcnt counts in issue order, so a wait for
+        # words loaded after tile t + 1's DMA waits for that tile too: LLVM puts such a wait where the
+        # words' registers are next read or written, and with a load at a group boundary of a one-tile
+        # loop that fell inside the hand-over.
         for g in range(0, (k_tiles - 1) // steps, 1):
             for j in range_constexpr(steps):
                 t = g * steps + j  # t % 2 == j % 2: the stages are constants here
