@@ -107,14 +107,19 @@ def test_bias_grad_is_deterministic(epi: str, out: Format) -> None:
 
 NOP_SLACK = 6  # wait-state s_nops a fused epilogue's loop may have more or fewer than its plain twin's
 WAIT_SLACK = 3  # s_waitcnt, the same (NN dgelu's loop has 12 to the plain twin's 15)
+# The K loop's llvm-mca cycles a fused epilogue's config may spend above its plain twin's, in place of a bound
+# on its s_nops: MXFP8 NN's plain loop has 2 where LLVM put its K-tail selects between the M0 writes and the
+# K-outer DMAs, its fused twins 25 (an s_nop 0 before a DMA), and the fused loops cost 0.2% less (2102 cycles
+# against 2106).
+MCA_SLACK = 0.01
 
 
 @pytest.mark.compile
 @pytest.mark.parametrize("cfg", [c for c in EPI + MX_EPI if c.epilogue != "bgrad"], ids=lambda c: c.name)
 def test_epilogue_leaves_the_k_loop_alone(cfg: KernelConfig) -> None:
     """A fused epilogue runs in or after the last tile: its config's K loop holds the plain twin's
-    instructions (the accumulators stay in place in the same AGPRs), and only the code after the loop
-    grows."""
+    instructions (the accumulators stay in place in the same AGPRs) and costs no more under llvm-mca,
+    and only the code after the loop grows."""
     rep = isa.isa_report(cfg)
     plain = isa.isa_report(dataclasses.replace(cfg, epilogue="plain"))
     assert rep["ok"], rep
@@ -125,12 +130,15 @@ def test_epilogue_leaves_the_k_loop_alone(cfg: KernelConfig) -> None:
     # NN's loop of four tiles with 3 more of its 14; bf16 NN dgelu's loop of pairs with 3 fewer waits).
     mine, twin = _loop_opcodes(cfg), _loop_opcodes(dataclasses.replace(cfg, epilogue="plain"))
     assert len(mine) == len(twin)
-    for a, b in zip(mine, twin, strict=True):
+    k_loop = max(range(len(mine)), key=lambda n: sum(v for op, v in mine[n].items() if op.startswith("v_mfma")))
+    for n, (a, b) in enumerate(zip(mine, twin, strict=True)):
         counted = Counter({"s_nop": a["s_nop"], "s_waitcnt": a["s_waitcnt"]})
         counted_twin = Counter({"s_nop": b["s_nop"], "s_waitcnt": b["s_waitcnt"]})
         assert a - counted == b - counted_twin, (a, b)
-        assert abs(a["s_nop"] - b["s_nop"]) <= NOP_SLACK, (a["s_nop"], b["s_nop"])
         assert abs(a["s_waitcnt"] - b["s_waitcnt"]) <= WAIT_SLACK, (a["s_waitcnt"], b["s_waitcnt"])
+        if n != k_loop:
+            assert abs(a["s_nop"] - b["s_nop"]) <= NOP_SLACK, (a["s_nop"], b["s_nop"])
+    assert rep["kloop"]["mca_cycles"] <= plain["kloop"]["mca_cycles"] * (1 + MCA_SLACK), (rep["kloop"], plain["kloop"])
 
 
 def _loop_opcodes(cfg: KernelConfig) -> list[Counter]:
