@@ -36,7 +36,7 @@ import numpy as np
 
 from .decode import Inst
 from .machine import LANES, Wave
-from .ops_mem import DS_READ_BYTES, DS_READ_TR, DS_WRITE_BYTES
+from .ops_mem import DS_READ_BYTES, DS_READ_TR, DS_WRITE_BYTES, LDS_ADDRESS
 
 BANKS = 64  # gfx950 LDS banks (AMD CDNA4 ISA via AMD's ROCm CDNA4 GEMM blog, table 1)
 BANK_BYTES = 4
@@ -68,8 +68,10 @@ class BankModel:
         return max(1, min(LANES, self.bytes_per_clock // slot))
 
     def cycles(self, addrs: np.ndarray, lanes: np.ndarray, width: int) -> tuple[int, int]:
-        """(clocks, conflict-free clocks) of one access: ``addrs`` int64[64] byte addresses, ``lanes``
-        bool[64] the lanes that take part (EXEC)."""
+        """(clocks, conflict-free clocks) of one access: ``addrs`` int64[64] byte addresses (VGPR + offset,
+        wrapped to 32 bits here as the access itself is: ``ops_mem.LDS_ADDRESS``), ``lanes`` bool[64] the
+        lanes that take part (EXEC)."""
+        addrs = addrs & LDS_ADDRESS
         per = self.phase_lanes(width)
         words = -(-width // self.bank_bytes)
         spent = ideal = 0

@@ -478,15 +478,16 @@ def _lds_addr(ctx: BindContext, inst: Inst, o: Operand) -> Callable[[Wave], np.n
 # constant into the offset whatever the sign of the base on every generation since Sea Islands
 # (AMDGPUISelDAGToDAG.cpp, ``isDSOffsetLegal``: only Southern Islands, where "instruction with a negative base
 # value and an offset don't seem to work", keeps the base non-negative), so gfx950 code it compiles relies on
-# the wrap: a base of ``x - 0x8000`` with ``offset:32768`` reads ``x`` (our MXFP8 kernel's peel does).
-_LDS_ADDRESS = 0xFFFFFFFF
+# the wrap: a base of ``x - 0x8000`` with ``offset:32768`` reads ``x`` (our MXFP8 kernel's peel does). The LDS
+# bank model (lds_banks.BankModel.cycles) counts the same wrapped addresses.
+LDS_ADDRESS = 0xFFFFFFFF
 
 
 def _lds_gather(lds: np.ndarray, addrs: np.ndarray, nbytes: int) -> tuple[np.ndarray, np.ndarray]:
     """Bytes at ``addrs`` (int64[n]: VGPR + offset, wrapped to 32 bits here) -> (uint8[n, nbytes], flat in-range
     byte addresses); OOB reads 0."""
-    idx = (addrs & _LDS_ADDRESS)[:, None] + np.arange(nbytes)
-    inr = (idx >= 0) & (idx < lds.size)
+    idx = (addrs & LDS_ADDRESS)[:, None] + np.arange(nbytes)
+    inr = idx < lds.size
     out = np.zeros(idx.shape, np.uint8)
     out[inr] = lds[idx[inr]]
     return out, idx[inr]
@@ -543,8 +544,8 @@ def _ds_read2(inst: Inst, ctx: BindContext) -> Step:
 def _lds_scatter(lds: np.ndarray, addrs: np.ndarray, data: np.ndarray) -> np.ndarray:
     """Write uint8[n, nbytes] at ``addrs`` (wrapped to 32 bits, as :func:`_lds_gather`); OOB bytes are dropped.
     Returns the written flat addresses."""
-    idx = (addrs & _LDS_ADDRESS)[:, None] + np.arange(data.shape[1])
-    inr = (idx >= 0) & (idx < lds.size)
+    idx = (addrs & LDS_ADDRESS)[:, None] + np.arange(data.shape[1])
+    inr = idx < lds.size
     lds[idx[inr]] = data[inr]
     return idx[inr]
 

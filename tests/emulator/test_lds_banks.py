@@ -34,6 +34,16 @@ def _only(stats: BankStats) -> tuple[int, int]:
     return e.cycles, e.ideal_cycles
 
 
+def test_bank_model_counts_wrapped_addresses() -> None:
+    """The model counts the address the access uses, VGPR + offset modulo 2**32 (ops_mem.LDS_ADDRESS): half
+    the lanes reaching one dword through a base that wrapped below zero still share it with the others."""
+    m = BankModel()
+    lanes = np.ones(64, bool)
+    same = np.full(64, 0x40, np.int64)
+    wrapped = np.where(LANE % 2 == 1, 0x1_0000_0040, 0x40)  # 0x8040 - 0x8000 wrapped, plus offset 0x8000
+    assert m.cycles(wrapped, lanes, 4) == m.cycles(same, lanes, 4) == (1, 1)
+
+
 def test_lanes_per_clock_follow_the_width() -> None:
     m = BankModel()
     assert [m.phase_lanes(w) for w in (1, 2, 4, 8, 12, 16)] == [64, 64, 64, 32, 16, 16]

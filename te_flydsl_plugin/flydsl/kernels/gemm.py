@@ -754,7 +754,7 @@ class _Mma:
             elif const_expr(kc == k_chunks - 1):
                 # With one K chunk the tile's own B reads run to the start of repetition b_reps - 1 -
                 # b_ahead: the hand-over, which lets the next DMA overwrite this stage, starts one after.
-                upcoming += [(0, list(loads), at // 2), (at, hand_over)]
+                upcoming += [(0, loads, at // 2), (at, hand_over)]
             mfma.gemm(
                 self.acc,
                 self.frag_rhs[None, None, kc],
