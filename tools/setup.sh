@@ -21,6 +21,11 @@ if ! have_llvm; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq lld-22 llvm-22 >/dev/null
 fi
 
+# `import torch` runs every installed torch.backends entry point, this project's included; a stale
+# install of it (its files gone, its metadata left) would then fail the import and this very install.
+# Building or replacing the plugin never needs its start-up hook, so the whole setup runs without it.
+export TORCH_DEVICE_BACKEND_AUTOLOAD=0
+
 if ! python3 -c "import torch" 2>/dev/null; then
   echo "setup: installing torch 2.13.0"
   python3 -m pip install -q "torch==2.13.0"
