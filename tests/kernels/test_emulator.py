@@ -14,7 +14,7 @@ from te_flydsl_plugin import emulator
 from te_flydsl_plugin.emulator.trace import Trace
 from te_flydsl_plugin.flydsl import executors, family
 from te_flydsl_plugin.flydsl.compiled import compile_config
-from te_flydsl_plugin.flydsl.kernels import gemm
+from te_flydsl_plugin.flydsl.kernels import gemm, mx
 from te_flydsl_plugin.flydsl.kernels.config import KernelConfig
 from te_flydsl_plugin.flydsl.launch_log import LaunchLog
 from te_flydsl_plugin.flydsl.lds_conflicts import launch_values
@@ -139,21 +139,26 @@ def test_no_transfer_goes_past_k(cfg: KernelConfig, tiles: int, past_k: int) -> 
     """A workgroup's waves issue the direct-to-LDS transfers of its K tiles and none past K (but for the
     MXFP8 cases above): tile k_tiles - 2 (the peel) refills nothing, where it used to load a whole tile of
     zeros (64 KiB a workgroup at 256 x 256: a tile's time on the port at a CU's share of the fabric).
-    At 5 K tiles the 16-bit and FP8 loops run a pair, an odd tile, the peel and the last."""
+    At 5 K tiles the 16-bit and FP8 loops run a pair, an odd tile, the peel and the last. MXFP8's scale
+    words cross once a workgroup and K group of four tiles (``mx.word_dmas``): 8 KiB, a dword a lane for
+    each of both operands' 16-row tiles, where each wave loading its own words moved twice that."""
     ck = compile_config(cfg)
     values = launch_values(cfg, tiles * cfg.tile_k)
     kernarg = emulator.pack_flydsl_kernarg(ck.code_object, ck.kernel, values)
     trace = Trace()
     block = (gemm.block_size(cfg), 1, 1)
     emulator.launch(ck.code_object, ck.kernel, kernarg, (1, 1, 1), block, workgroups=[(0, 0, 0)], trace=trace)
-    dma = sum(
-        1
+    dma = [
+        trace.insts[pc].opcode
         for wave in trace.waves
         for pc, _ in wave
         if trace.insts[pc].opcode.startswith("buffer_load") and "lds" in trace.insts[pc].modifiers
-    )
+    ]
     tile_bytes = (cfg.tile_m + cfg.tile_n) * cfg.tile_k * cfg.lhs_format.itemsize
-    assert dma * 64 * 16 == (tiles + past_k) * tile_bytes
+    assert dma.count("buffer_load_dwordx4") * 64 * 16 == (tiles + past_k) * tile_bytes
+    groups = -(-tiles // mx.STEPS_PER_WORD) if cfg.scaling == "mx" else 0
+    assert dma.count("buffer_load_dword") * 64 * 4 == groups * mx.lds_words(cfg.tile_m, cfg.tile_n) * 4
+    assert len(dma) == dma.count("buffer_load_dwordx4") + dma.count("buffer_load_dword")
 
 
 @pytest.mark.parametrize(

@@ -171,6 +171,13 @@ def geometry(cfg: KernelConfig) -> Geometry:
     if threads * vec % (cfg.tile_k * _K_MAJOR_SWIZZLE_ROWS):
         raise ValueError(f"{cfg.name}: a round of DMA loads must cover whole swizzle periods of K-major rows")
     lds = 2 * (cfg.tile_m + cfg.tile_n) * cfg.tile_k * itemsize
+    if cfg.scaling == "mx":
+        m_reps, n_reps = cfg.tile_m // (m_waves * 16), cfg.tile_n // (n_waves * 16)
+        if m_reps % n_waves or n_reps % m_waves:
+            raise ValueError(f"{cfg.name}: MXFP8's waves sharing rows must split their repetitions evenly")
+        if max(m_reps // n_waves, n_reps // m_waves) > mx.MAX_SHARE:
+            raise ValueError(f"{cfg.name}: a wave's MXFP8 scale-word DMAs must fit one M0 (mx.MAX_SHARE)")
+        lds += mx.lds_words(cfg.tile_m, cfg.tile_n) * 4
     return Geometry(vec=vec, lhs_loads=loads[0], rhs_loads=loads[1], lds_bytes=lds)
 
 
@@ -344,9 +351,16 @@ class _Lds:
             a: fx.Array[elem_a, 2 * p.tile_m * p.tile_k, 16]
             b: fx.Array[elem_b, 2 * p.tile_n * p.tile_k, 16]
 
-        lds = fx.SharedAllocator().allocate(Stages)
+        @fx.struct
+        class StagesAndWords:  # MXFP8: and one K group's scale words (mx.word_dmas)
+            a: fx.Array[elem_a, 2 * p.tile_m * p.tile_k, 16]
+            b: fx.Array[elem_b, 2 * p.tile_n * p.tile_k, 16]
+            w: fx.Array[fx.Int32, mx.lds_words(p.tile_m, p.tile_n), 16]
+
+        lds = fx.SharedAllocator().allocate(StagesAndWords if p.mx else Stages)
         self.a = lds.a.peek().ptr
         self.b = lds.b.peek().ptr
+        self.words = lds.w.peek().ptr if p.mx else None
         self.a_size = p.tile_m * p.tile_k  # elements per stage
         self.b_size = p.tile_n * p.tile_k
         self.a_layout = _lds_layout(p.tile_m, p.tile_k, DMA_BYTES // p.elem_bytes, p.lhs_k_major)
@@ -366,9 +380,15 @@ class Transfers(list):
     transfer, that work shared one gap between two MFMAs with two transfers and held MXFP8's XDL pipe
     back about 7 cycles a tile (llvm-mca, NN and NT)."""
 
-    def __init__(self, issuers: Sequence[Callable[[], None]], prepare: Sequence[Callable[[], None]] = ()) -> None:
+    def __init__(
+        self,
+        issuers: Sequence[Callable[[], None]],
+        prepare: Sequence[Callable[[], None]] = (),
+        parts: tuple["Transfers", "Transfers"] | tuple = (),
+    ) -> None:
         super().__init__(issuers)
         self.prepare = list(prepare)
+        self.parts = parts  # (lhs, rhs), each with its own prepare, where made of both operands'
 
 
 class _Fill:
@@ -466,11 +486,6 @@ class _Fill:
         A handful of scalar instructions a tile replace each load's K-tail compare and select.
         """
         p = self.p
-        if const_expr(p.mx) and not isinstance(k_tile, int):
-            # MXFP8's loop of four tiles: each buffer made where the hand-over issues its tile (k_tile
-            # through an empty asm statement, which stays in order among the MFMAs' asm). Otherwise LLVM
-            # computes all four tiles' buffers at the loop's top, and NT's scalar registers spill.
-            (k_tile,) = (fx.Int32(v) for v in mfma.fence([fx.as_ir_value(fx.Int32(k_tile))], "s", 0))
         inside = k_tile < self.k_tiles
         skip = k_tile * (ld * p.tile_k)  # elements; inside the view where the tile is (past K: unused)
         span = fx.get_scalar(fx.cosize(fx.get_layout(operand)))
@@ -479,38 +494,49 @@ class _Fill:
         tile = fx.make_view(fx.get_iter(operand) + fx.Uint64(fx.Uint32(first)), fx.get_layout(operand))
         return fx.rocdl.make_buffer_tensor(tile, num_records_bytes=left)
 
+    def _here(self, k_tile: fx.Int32 | int) -> tuple[fx.Int32 | int, fx.Int32]:
+        """``k_tile`` and the wave's LDS base, for the work done where the hand-over issues the tile: in
+        MXFP8's loop of four tiles both pass through one empty asm statement, which stays in order among
+        the MFMAs' asm, so LLVM cannot compute that work ahead and hold it in registers. Otherwise it made
+        all four tiles' K-outer buffers at the loop's top (NT's scalar registers spilled), moved a K-major
+        tile's K-tail selects into the MFMAs before the hand-over (with rhs's refill early, MXFP8 NN's fused
+        epilogues spilled VGPRs), and held every transfer's M0 value in a scalar register of its own (32
+        a wave: NN's fused dgelu_bgrad spilled 2 SGPRs); now each is one ``s_add`` where its DMA goes."""
+        if const_expr(self.p.mx) and not isinstance(k_tile, int):
+            values = [fx.as_ir_value(fx.Int32(k_tile)), fx.as_ir_value(fx.Int32(self.wave_base))]
+            k_tile, wave_base = (fx.Int32(v) for v in mfma.fence(values, "s", 0))
+            return k_tile, wave_base
+        return k_tile, self.wave_base
+
     def _issuers(self, lds_stage: fx.Pointer, plan: tuple, k_tile: fx.Int32 | int) -> Transfers:
         """Issuers of one operand's DMA transfers of K tile ``k_tile`` into ``lds_stage`` (:meth:`_plan`)."""
         src, loads, rows, ld, k_major = plan
-        k0 = k_tile * self.p.tile_k
-        made: list[fx.Tensor] = []
+        made: list[tuple] = []
         k_outer = self.p.pinned and not k_major
 
         def prepare() -> None:
-            """Make the K-outer tile's buffer (:meth:`_k_outer_tile`), once."""
+            """Make the tile's source buffer (K-outer: :meth:`_k_outer_tile`) and first K, once."""
             if not made:
-                made.append(self._k_outer_tile(src, ld, k_tile))
+                here, wave_base = self._here(k_tile)
+                buffer = self._k_outer_tile(src, ld, here) if const_expr(k_outer) else src
+                made.append((buffer, here * self.p.tile_k, wave_base))
 
-        def source() -> fx.Tensor:
-            """The tile's source buffer; a K-outer one is made by the tile's first transfer unless prepared."""
-            if const_expr(not k_outer):
-                return src
+        def tile() -> tuple:
+            """The tile's (source buffer, first K), made by its first transfer unless prepared."""
             prepare()
             return made[0]
 
-        return Transfers(
-            [
-                functools.partial(self._issue, lds_stage, k0, source, rows, ld, k_major, i, *load)
-                for i, load in enumerate(loads)
-            ],
-            [prepare] if k_outer else [],
-        )
+        shared = k_outer or (self.p.mx and not isinstance(k_tile, int))
+        issuers = [
+            functools.partial(self._issue, lds_stage, tile, rows, ld, k_major, i, *load) for i, load in enumerate(loads)
+        ]
+        return Transfers(issuers, [prepare] if shared else [])
 
-    def _issue(self, lds_stage, k0, source, rows, ld, k_major: bool, i: int, base, g_row, g_k) -> None:
-        """One lane's transfer ``i`` of a K tile starting at global K ``k0`` (``base``, ``g_row``, ``g_k``:
-        its entry of :meth:`_plan`), from the buffer ``source()`` gives."""
+    def _issue(self, lds_stage, tile, rows, ld, k_major: bool, i: int, base, g_row, g_k) -> None:
+        """One lane's transfer ``i`` of a K tile (``base``, ``g_row``, ``g_k``: its entry of :meth:`_plan`),
+        from the buffer and first K that ``tile()`` gives."""
         p, k = self.p, self.k
-        src = source()
+        src, k0, wave_base = tile()
         if const_expr(p.pinned and not k_major):
             offset, atom = base, self.dma  # the tile's buffer holds its offset and K tail (_k_outer_tile)
         elif const_expr(p.pinned):
@@ -526,14 +552,14 @@ class _Fill:
             offset = ((g_row < rows) & (g_k < k)).select(offset, self.oob)
             atom = self.dma
         src_v = fx.make_view(fx.get_iter(src) + offset, fx.make_layout(1, 1))
-        dst_v = fx.make_view(lds_stage + (self.wave_base + i * p.threads * self.vec), fx.make_layout(1, 1))
+        dst_v = fx.make_view(lds_stage + (wave_base + i * p.threads * self.vec), fx.make_layout(1, 1))
         fx.copy_atom_call(atom, src_v, dst_v)
 
     def stage(self, stage: fx.Int32 | int, k_tile: fx.Int32 | int) -> Transfers:
         """Issuers of both operands' DMA transfers of K tile ``k_tile`` into LDS stage ``stage``."""
         a = self._issuers(self.lds.a_stage(stage), self.a, k_tile)
         b = self._issuers(self.lds.b_stage(stage), self.b, k_tile)
-        return Transfers(a + b, a.prepare + b.prepare)
+        return Transfers(a + b, a.prepare + b.prepare, (a, b))
 
     def issue(self, stage: int, k_tile: int) -> None:
         """Issue K tile ``k_tile``'s transfers into LDS stage ``stage`` now."""
@@ -666,7 +692,8 @@ class _Mma:
         next_stage=None,
         byte: int = 0,
         epilogue: Sequence[Callable[[int], list]] = (),
-        loads: Sequence[Callable[[], None]] = (),
+        dmas: Sequence[Callable[[], None]] = (),
+        reads: tuple[list[Callable[[], None]], list[Callable[[], None]]] | tuple = (),
     ) -> None:
         """One K tile from LDS stage ``stage``. Without ``handover``, ``fills`` (the DMA issuers of the next
         tile) go out first, before the tile's fragment reads; with it, they are tile t + 2's, issued with the
@@ -675,11 +702,11 @@ class _Mma:
         and the ``byte`` of them that scales this tile. ``epilogue`` (the last tile: the groups' issuers,
         ``epilogue.store_groups``) stores each group as its MFMAs finish: group g's head with the first
         MFMA of group g + 1, its blocks one an MFMA after it (one K chunk: row groups, B repetition by B
-        repetition; two: column groups, the last chunk A repetition by A repetition). ``loads`` (MXFP8's next
-        scale words, ``mx.word_loads``) go out one an MFMA in the first half of the MFMAs before the
-        hand-over: older than its refill, so the publish's ``vmcnt`` waits for them too, and early enough
-        to have landed by then (spread up to the hand-over, the last ones made the publish wait most of a
-        memory latency: 46 clocks a tile more at 48 B/clock in the replay, MXFP8 TN)."""
+        repetition; two: column groups, the last chunk A repetition by A repetition). MXFP8's next scale
+        words: ``dmas`` (into LDS, ``mx.word_dmas``) go out one an MFMA before the early release, older
+        than the whole refill, so the publish's ``vmcnt`` waits for them too and its count stays the
+        refill's; ``reads`` (into registers, ``mx.word_reads``), in a tile after that publish, each where
+        the word it replaces is dead (:meth:`_in_place`)."""
         p, k_chunks = self.p, self.k_chunks
         if const_expr(not p.pinned):
             # LLVM's own MFMA selection (fp32: KernelConfig.agpr_accumulators): its scheduler
@@ -709,18 +736,28 @@ class _Mma:
             for j in range(self.b_ahead, b_reps):
                 b_reads[j]()
                 taken[j] = mfma.operand(self.frag_lhs[None, j, 0], p.lhs_elem)
-        hand_over = []
+        hand_over, early = [], []
         if const_expr(not self.handover):
             for issue in fills:
                 issue()
             self.issue_first_reads(stage)
         elif const_expr(next_stage is not None):
-            # With one K chunk the hand-over has a B repetition or two for its issuers, so the refill's shared
-            # scalar work goes first, an issuer of its own (Transfers); with two it spreads over a whole
-            # chunk and the first transfer does it (bf16 NN as an issuer of its own: 1.017 -> 1.020 the
-            # floor). The peel refills nothing: no release either.
-            prepare = fills.prepare if fills and k_chunks == 1 else []
-            hand_over = [*prepare, _release, *fills] if fills else []
+            if const_expr(bool(fills) and k_chunks == 1):
+                # One K chunk: the tile's A (rhs) fragments were all read before it started (first_reads), so
+                # its rhs stage is released early, once the first B repetition is under way, and rhs's refill
+                # goes out then; only lhs's waits for the hand-over. Both at the hand-over, tile t + 2's DMA
+                # had a tile's time to cross the port behind tile t + 1's: FP8 TN took 2322 clocks a tile at
+                # 32 B/clock in the replay, PR 676 2104 (docs/kernels.md). Each operand's shared scalar work
+                # (Transfers) goes first, an issuer of its own. The publish's count is unchanged: both
+                # operands of tile t + 2 are issued after tile t + 1's.
+                lhs, rhs = fills.parts
+                early = [_release, *rhs.prepare, *rhs]
+                hand_over = [*lhs.prepare, _release, *lhs]
+            elif const_expr(bool(fills)):
+                # Two chunks: the hand-over spreads over a whole chunk and the first transfer does the shared
+                # scalar work (bf16 NN as an issuer of its own: 1.017 -> 1.020 the floor).
+                hand_over = [_release, *fills]
+            # The peel refills nothing: no release either.
             hand_over += [functools.partial(_publish, len(fills)), *self.first_reads(next_stage)]
         # Where the hand-over starts in the last K chunk. With a refill: as soon as this tile's stage is
         # read (two chunks: the chunk's start; one: B repetition b_reps - b_ahead). The peel has none to
@@ -754,7 +791,8 @@ class _Mma:
             elif const_expr(kc == k_chunks - 1):
                 # With one K chunk the tile's own B reads run to the start of repetition b_reps - 1 -
                 # b_ahead: the hand-over, which lets the next DMA overwrite this stage, starts one after.
-                upcoming += [(0, loads, at // 2), (at, hand_over)]
+                # MXFP8's word DMAs: one a gap from the tile's first MFMA, all before the early release.
+                upcoming += [(0, dmas, len(dmas) + 1), (a_reps, early, at), (at, hand_over), *self._in_place(reads)]
             mfma.gemm(
                 self.acc,
                 self.frag_rhs[None, None, kc],
@@ -767,11 +805,29 @@ class _Mma:
                 byte,
                 a_outer,
                 taken,
+                p.mx and not p.rhs_k_major,  # A (rhs) from transposing 8-bit reads: VALU-assembled
             )
         if const_expr(bool(epilogue)):
             last = len(epilogue) - 1
             self._group(pending, taken, last, epilogue[last])
             self._part(pending, last, 0, 1)
+
+    def _in_place(self, reads: tuple) -> list[tuple[int, list[Callable[[], None]], int]]:
+        """Where MXFP8's next words are read (``reads``: the (A, B) operands' issuers by repetition, in the
+        group's last tile): each with one MFMA between it and the last MFMA that reads the word it
+        replaces (B word j: B repetition j's last; A word i: the last repetition's i-th; the last two after
+        the tile's last MFMA), so the two never live at once and the loop carries the new word in the old
+        one's register. Read while the old ones were live, LLVM gave the new ones registers of their own
+        and copied them back for the next group with VALU moves, one of which an MFMA read a wait state
+        too early (2 needed; LLVM does not see an asm MFMA's operands)."""
+        if not reads:
+            return []
+        a_reads, b_reads = reads
+        a_reps, b_reps = len(a_reads), len(b_reads)
+        last_rep = (b_reps - 1) * a_reps  # the MFMAs run B repetition by B repetition: A word i is last read
+        spots = [((j + 1) * a_reps + 1, issue) for j, issue in enumerate(b_reads)]
+        spots += [(last_rep + i + 2, issue) for i, issue in enumerate(a_reads)]  # at MFMA last_rep + i
+        return [(at, [issue], at + 1) for at, issue in spots]
 
     @staticmethod
     def _group(pending: dict, taken: dict | None, g: int, head: Callable[[int], list]) -> None:
@@ -790,17 +846,23 @@ class _Mma:
             issue()
 
     def scale_words(
-        self, lhs_scale: fx.Tensor, rhs_scale: fx.Tensor, wg: _Workgroup, m: fx.Int32, n: fx.Int32
+        self, lhs_scale: fx.Tensor, rhs_scale: fx.Tensor, wg: _Workgroup, m: fx.Int32, n: fx.Int32, groups: fx.Int32
     ) -> tuple[mx.ScaleWords, mx.ScaleWords]:
-        """MXFP8's (rhs, lhs) scale words (kernels/mx.py), in MMA operand order (A = rhs, B = lhs): the
-        rows each of this lane's repetitions scales."""
+        """MXFP8's (rhs, lhs) scale words (kernels/mx.py), in MMA operand order (A = rhs, B = lhs): the rows
+        each of this lane's repetitions scales, shared with the waves of its wave-grid column (rhs) or row
+        (lhs) (wave ``w`` owns row block ``w // n_waves`` and column block ``w % n_waves``,
+        :func:`make_tiled_mma`). ``groups``: the K groups, 0 for K = 0 (``mx.ScaleWords``)."""
         p = self.p
+        wave = fx.Int32(rocdl.readfirstlane(fx.Int32.ir_type, fx.Int32(wg.tid // WAVE_SIZE)))
+        row_block, col_block = wave // p.n_waves, wave % p.n_waves
         rhs_reps = p.tile_n // (p.n_waves * 16)
         lhs_reps = p.tile_m // (p.m_waves * 16)
         rows_rhs = self.thr_mma.partition_A(fx.make_view(0, fx.make_layout((p.tile_n, p.tile_k), (1, 0))))
         rows_lhs = self.thr_mma.partition_B(fx.make_view(0, fx.make_layout((p.tile_m, p.tile_k), (1, 0))))
-        sw_rhs = mx.ScaleWords(rhs_scale, wg.col0, n, mx.rep_row_tiles(rows_rhs, rhs_reps))
-        sw_lhs = mx.ScaleWords(lhs_scale, wg.row0, m, mx.rep_row_tiles(rows_lhs, lhs_reps))
+        rhs = mx.rep_row_tiles(rows_rhs, rhs_reps)
+        lhs = mx.rep_row_tiles(rows_lhs, lhs_reps)
+        sw_rhs = mx.ScaleWords(rhs_scale, wg.col0, n, p.tile_n, rhs, col_block, row_block, p.m_waves, groups)
+        sw_lhs = mx.ScaleWords(lhs_scale, wg.row0, m, p.tile_m, lhs, row_block, col_block, p.n_waves, groups)
         return sw_rhs, sw_lhs
 
 
@@ -895,28 +957,34 @@ def gemm_kernel(
     if const_expr(p.mx):
         # Groups of four K tiles share one scale word per repetition (kernels/mx.py): tile t's scales are
         # byte t % 4 of its group's words. Every tile hands over inside its MFMAs (_Mma), TN, NN and NT.
-        sw_rhs, sw_lhs = mma.scale_words(lhs_scale, rhs_scale, wg, m, n)
         steps = mx.STEPS_PER_WORD
         groups = (k_tiles + steps - 1) // steps
+        sws = mma.scale_words(lhs_scale, rhs_scale, wg, m, n, groups)
+        words_lds = lds.words
         fill.issue(0, 0)
-        words = (mx.load_words(sw_rhs, 0, groups), mx.load_words(sw_lhs, 0, groups))
+        for issue in mx.word_dmas(sws, words_lds, 0):
+            issue()
         mma.zero()
         sync()
         fill.issue(1, 1)
+        first_words, words = mx.word_reads(sws, words_lds)  # a name of its own: not the loop's ``reads``
+        for issue in first_words[0] + first_words[1]:
+            issue()
         mma.issue_first_reads(0)  # tile 0's first fragments; each tile's hand-over reads the next one's
-        # Whole groups, unrolled: tile j of a group reads byte j of its words (op_sel, no shifts), and
-        # the next group's words are loaded among the group's last tile's MFMAs, one an MFMA before its
-        # hand-over (mx.word_loads), so before its refill. vmcnt counts in issue order, so a wait for
-        # words loaded after tile t + 1's DMA waits for that tile too: LLVM puts such a wait where the
-        # words' registers are next read or written, and with a load at a group boundary of a one-tile
-        # loop that fell inside the hand-over.
+        # Whole groups, unrolled: tile j of a group reads byte j of its words (op_sel, no shifts). The next
+        # group's words go into LDS among tile 2's MFMAs (published with tile 3's fragments; the group's own
+        # words were read out of LDS a tile before, and the releases since have waited for every wave's
+        # reads) and from there into registers among tile 3's, each into the register of the word it
+        # replaces once that one is dead (mx.word_dmas, mx.word_reads, _Mma._in_place).
         for g in range(0, (k_tiles - 1) // steps, 1):
             for j in range_constexpr(steps):
                 t = g * steps + j  # t % 2 == j % 2: the stages are constants here
-                loads = ()
-                if const_expr(j == steps - 1):  # two groups' words live during this tile only
-                    loads, ahead = mx.word_loads((sw_rhs, sw_lhs), g + 1, groups)
-                multiply(j % 2, words, fill_stage(j % 2, t + 2), (j + 1) % 2, j, loads=loads)  # past K: zeros
+                dmas, reads = (), ()
+                if const_expr(j == steps - 2):
+                    dmas = mx.word_dmas(sws, words_lds, g + 1)
+                if const_expr(j == steps - 1):
+                    reads, ahead = mx.word_reads(sws, words_lds)
+                multiply(j % 2, words, fill_stage(j % 2, t + 2), (j + 1) % 2, j, dmas=dmas, reads=reads)  # past K: 0s
             words = ahead
         rest = (k_tiles < 1).select(0, (k_tiles - 1) // steps * steps)  # // floors: K = 0 starts at 0
         # NT (both operands K-outer) keeps its past-K refill: with the peel below it spilled 408 registers.

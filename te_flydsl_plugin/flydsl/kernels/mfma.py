@@ -17,13 +17,15 @@ registers, which needs none. Everything else an MFMA reads or a consumer takes f
 through :func:`fence`: an asm statement that holds the ``s_nop``s and hands its operands back in
 the same registers, so whatever produced them comes before the nops and whatever reads them after
 (a data dependency, which no scheduler can reorder): the zeroed accumulators before the first
-MFMAs, MXFP8's shifted scale words, and the accumulators before the epilogue reads them. The
-fragments need none: an LDS read's are ordered by its ``s_waitcnt``, and where the compiler assembles
-one with VALU instructions (the transposing 8-bit reads' ``v_perm_b32``) its schedule leaves the 2 wait
-states today. Whether every such pair keeps its wait states is checked on every path of every config's
-machine code (``isa_report``'s ``wait_states``, ``emulator/static_wait_states.py``), and on the path a
-launch takes by the emulator; that is how a ``v_perm_b32`` one wait state before an MFMA was found in
-the MXFP8 NT kernels, when the fragments still had a fence.
+MFMAs, MXFP8's shifted scale words, MXFP8 NN / NT's A fragments, and the accumulators before the
+epilogue reads them. The other fragments need none: an LDS read's are ordered by its ``s_waitcnt``, and
+where the compiler assembles one with VALU instructions (the transposing 8-bit reads' ``v_perm_b32``) of
+a B fragment its schedule leaves the 2 wait states today; it stopped doing so for the A fragment that
+crosses MXFP8's loop back edge, which now has its fence (``gemm``'s ``fence_a``). Whether every such pair
+keeps its wait states is checked on every path of every config's machine code (``isa_report``'s
+``wait_states``, ``emulator/static_wait_states.py``), and on the path a launch takes by the emulator;
+that is how a ``v_perm_b32`` one wait state before an MFMA was found in the MXFP8 NT kernels, when the
+fragments still had a fence.
 
 The MMA's A operand is the output-column side and B the output-row side (``gemm.make_tiled_mma``):
 the MFMA computes ``out^T`` per 16 x 16 block, so a lane's four accumulators of one block are four
@@ -106,6 +108,7 @@ def gemm(
     byte: int = 0,
     a_outer: bool = False,
     taken: dict[int, ir.Value] | None = None,
+    fence_a: bool = False,
 ) -> None:
     """One K chunk of the wave's MFMAs: ``acc[:, i, j] += A[:, i] . B[:, j]``, accumulators in AGPRs.
 
@@ -121,19 +124,23 @@ def gemm(
     repetition (B fragment ``j`` is dead after its ``a_reps`` MFMAs), or with ``a_outer`` A repetition
     by A repetition (every B fragment read already: the last tile's last chunk, whose column groups,
     finished in turn, go to the epilogue among the MFMAs; ``gemm._Mma.multiply``). ``interleave`` holds
-    ``(first, issuers)`` pairs (fragment reads, the kernel's hand-over to the next tile), each list spread over
-    the MFMAs from ``first`` on its own, issuer ``t`` just before MFMA ``first + t * (end - first) //
-    (len + 1)``, ``end`` the total unless a triple ``(first, issuers, end)`` gives it (MXFP8's scale words,
-    kept before the hand-over): from 0, ``len`` = ``b_reps - 1`` puts B fragment ``t + 1``'s read at the
-    start of B repetition ``t``, one repetition ahead of its use. Each read's
-    latency hides behind the MFMAs after it; a wave alone on its SIMD (4 waves) has no other wave to
-    hide it. At most one issuer a gap between MFMAs keeps the XDL pipe fed: llvm-mca's gfx950 model
-    dispatches one instruction a cycle and an MFMA of 4 passes holds the pipe for 4.
+    ``(first, issuers)`` pairs (fragment reads, the kernel's hand-over to the next tile), each list spread
+    over the MFMAs from ``first`` on its own, issuer ``t`` just before MFMA ``first + t * (end - first) //
+    (len + 1)``, ``end`` the total unless a triple ``(first, issuers, end)`` gives it (the early release,
+    MXFP8's scale words; an issuer placed at or past the total goes after the last MFMA): from 0, ``len``
+    = ``b_reps - 1`` puts B fragment ``t + 1``'s read at the start of B repetition ``t``, one repetition
+    ahead of its use. Each read's latency hides behind the MFMAs after it; a wave alone on its SIMD (4
+    waves) has no other wave to hide it. At most one issuer a gap between MFMAs keeps the XDL pipe fed:
+    llvm-mca's gfx950 model dispatches one instruction a cycle and an MFMA of 4 passes holds the pipe
+    for 4.
 
-    The fragments go to the MFMAs as they are: no fence. An LDS read's fragment is ordered by its
-    ``s_waitcnt``; a fragment VALU instructions put together (a transposing 8-bit read's bytes in operand
-    order) would need 2 wait states before its MFMA, and the ISA checks' every-path wait-state check
-    (``emulator/static_wait_states.py``) fails a kernel whose schedule leaves fewer.
+    The fragments go to the MFMAs as they are, but with ``fence_a``. An LDS read's fragment is ordered by
+    its ``s_waitcnt``; a fragment VALU instructions put together (a transposing 8-bit read's bytes in
+    operand order) needs 2 wait states before its MFMA, and the ISA checks' every-path wait-state check
+    (``emulator/static_wait_states.py``) fails a kernel whose schedule leaves fewer. ``fence_a`` passes the
+    A operands through one fence together before the first MFMA: MXFP8's transposed A (NN, NT), whose
+    last fragment of a group's first tile crosses the loop's back edge partly as bytes, and whose
+    ``v_lshl_or_b32`` LLVM moved to one wait state before its MFMA once the scale words came through LDS.
     """
     text, constraints = _asm(a_elem, b_elem, mx, byte)
     f32x4 = T.vec(4, T.f32)
@@ -147,6 +154,8 @@ def gemm(
             slots.setdefault(first + t * (end - first) // (len(issuers) + 1), []).append(issue)
 
     a_ops = [operand(frag_a[None, i], a_elem) for i in range_constexpr(a_reps)]
+    if const_expr(fence_a):
+        a_ops = fence(a_ops, "v", OPERAND_WAIT_STATES)
     if const_expr(a_outer):
         b_ops = [operand(frag_b[None, j], b_elem) for j in range_constexpr(b_reps)]
         order = [(i, j) for i in range(a_reps) for j in range(b_reps)]
@@ -166,6 +175,9 @@ def gemm(
         ops.append(fx.as_ir_value(c.load()))
         d = llvm.inline_asm(f32x4, ops, text, constraints, has_side_effects=True)
         c.store(Vector(d, (4,), fx.Float32))
+    for nth in sorted(n for n in slots if n >= total):  # placed past the last MFMA: after it
+        for issue in slots[nth]:
+            issue()
 
 
 def fence(values: list[ir.Value], register_class: str, wait_states: int) -> list[ir.Value]:

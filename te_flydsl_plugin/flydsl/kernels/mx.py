@@ -1,4 +1,4 @@
-"""MXFP8 in the GEMM family: E8M0 block scales fed from the packed layout straight into MFMA registers.
+"""MXFP8 in the GEMM family: E8M0 block scales fed from the packed layout into MFMA registers.
 
 The family's FP8 path multiplies with gfx950's f8f6f4 MFMA; MXFP8 uses its block-scaled form,
 ``v_mfma_scale_f32_16x16x128_f8f6f4``, whose ``scale_a`` / ``scale_b`` VGPRs carry one E8M0 byte per
@@ -6,16 +6,18 @@ lane: lane ``16 g + i`` scales row ``i``'s logical K block ``g`` of the step (K 
 its data registers hold K ``16 g`` .. +15 and ``64 + 16 g`` .. +15 (AMD's FP8 operand layout,
 docs/mxfp8-layout.md; :func:`k_of_lds_column` puts the data there). The packed layout (``mx_layout``)
 gives lane ``l`` of a wave ONE dword per 16-row tile and 512 K elements, ``word[R, T, l]``, whose byte
-``b`` is the scale lane ``l`` supplies in K-step ``4 T + b``. So per 512 K a wave loads one dword per 16-row
-MFMA repetition of each operand (8 + 8 with the 256 x 256 tile and 2 x 2 waves) and keeps them in
-VGPRs: no LDS, no conversion.
+``b`` is the scale lane ``l`` supplies in K-step ``4 T + b``. So per 512 K a wave needs one dword per
+16-row MFMA repetition of each operand (8 + 8 with the 256 x 256 tile and 2 x 2 waves), used as it is:
+no conversion. The waves sharing rows share those words: each DMAs its share of them into LDS once
+(:func:`word_dmas`, 8 KiB a group for the workgroup) and every wave reads its own into VGPRs
+(:func:`word_reads`).
 
 With ``tile_k == 128`` one K tile is one K-step, and a group of four K tiles shares the words. The K
 loop runs whole groups, unrolled (``gemm.gemm_kernel``): tile ``j`` of a group reads byte ``j`` of the
-words through the MFMA's ``op_sel``, so no shifts, and the next group's words are loaded during the
-group's last tile (:func:`word_loads`, one load between two MFMAs, before the tile's refill), so two
-groups' words (2 x 16 VGPRs) are live during that tile only. The tiles after the last whole group run
-one at a time, the words moving down a byte a tile (:func:`next_byte`, 16 ``v_lshrrev``).
+words through the MFMA's ``op_sel``, so no shifts; the next group's words go into LDS during tile 2 and
+into registers during tile 3, each word once the MFMAs reading the one it replaces have issued. The
+tiles after the last whole group run one at a time, the words moving down a byte a tile
+(:func:`next_byte`, 16 ``v_lshrrev``).
 
 The scale tensors reach the kernel as int32 views ``[row_tiles, groups * 64]`` of the packed bytes
 whose leading stride (words per 16-row tile of the whole operand) is a runtime layout value, so a
@@ -29,13 +31,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import flydsl.expr as fx
-from flydsl._mlir.dialects import rocdl as _rocdl
 from flydsl.expr import range_constexpr, rocdl
-from flydsl.expr.typing import T
 
 from .. import mx_layout
 from . import mfma
-from .config import OOB_OFFSET
 
 if TYPE_CHECKING:
     import torch
@@ -43,6 +42,9 @@ if TYPE_CHECKING:
 STEPS_PER_WORD = mx_layout.STEPS_PER_WORD  # K tiles per scale word (tile_k == 128)
 WORDS_PER_GROUP = 64  # dwords per (16-row tile, word group): one per lane
 TILE_K = mx_layout.MFMA_K  # one K-step per K tile: one scale byte per tile
+# A wave's word DMAs of one operand share one M0 and step through LDS by the instruction's 12-bit
+# immediate offset (AMD CDNA3 ISA, MUBUF: offset[11:0]), 256 bytes a 16-row tile: at most 16 tiles.
+MAX_SHARE = 4096 // (WORDS_PER_GROUP * 4)
 
 
 def k_of_lds_column(c: fx.Int32) -> fx.Int32:
@@ -70,63 +72,123 @@ def rep_row_tiles(partitioned: fx.Tensor, reps: int) -> list[fx.Int32]:
 
 
 class ScaleWords:
-    """One operand's packed-scale buffer and where this wave's words start.
+    """One operand's packed-scale buffer, where its words of a K group sit in LDS, and which of them this
+    wave brings there.
 
-    A repetition's 16-row tile is the same for every lane of the wave, so its word offset is made
-    wave-uniform (``readfirstlane``) and goes in the buffer load's scalar offset; the one per-lane
-    part, ``4 * lane``, is shared by every load. That keeps the 12 loads per group at one VGPR of
-    addressing. Repetitions past the operand's last 16-row tile (edge workgroups) are clamped to it:
-    they serve only rows past M / N, whose outputs are never stored, and every load stays inside the
-    tensor without relying on how the scalar offset enters the buffer's range check.
+    A workgroup needs each word of a K group once, but the waves of a wave-grid row (or column) share
+    their rows of the operand: loaded by each wave for its own repetitions, every word crossed the
+    memory port twice (2 x 2 waves), 4 KiB a K tile where 2 KiB carry it, and the timing model's MXFP8
+    tile was bound by those bytes at 24 B/clock (docs/kernels.md). So the ``partners`` waves that share
+    ``rep_tiles`` (the 16-row tile of each repetition, :func:`rep_row_tiles`) split them: wave
+    ``partner`` DMAs its share straight into LDS (:func:`word_dmas`), and every wave reads its
+    repetitions' words from there (:func:`word_reads`). In LDS an operand's words sit by wave-grid row
+    (or column) ``group``, from tile ``group * reps`` on, in repetition order, a tile's 64 words (one a
+    lane) together, so a wave reads its words at one address register and constant offsets.
+
+    A tile's word offset is wave-uniform and goes in the DMA's scalar offset; the one per-lane part, the
+    lane's word, is shared by every DMA. Tiles past the operand's last 16-row tile (edge workgroups) are
+    clamped to it: they serve only rows past M / N, whose outputs are never stored, and every load stays
+    inside the tensor without relying on how the scalar offset enters the buffer's range check.
     """
 
-    def __init__(self, scales: fx.Tensor, first_row: fx.Int32, rows: fx.Int32, rep_tiles: list[fx.Int32]):
-        self.rsrc = fx.rocdl.get_buffer_rsrc(fx.get_iter(fx.rocdl.make_buffer_tensor(scales, max_size=False)))
+    def __init__(
+        self,
+        scales: fx.Tensor,
+        first_row: fx.Int32,
+        rows: fx.Int32,
+        tile_rows: int,
+        rep_tiles: list[fx.Int32],
+        group: fx.Int32,
+        partner: fx.Int32,
+        partners: int,
+        groups: fx.Int32,
+    ):
+        reps = len(rep_tiles)
+        share = reps // partners
+        # The buffer starts ``bias`` words before the scales: a DMA's immediate offset (up to the bias) is
+        # taken back off its scalar offset, which must not go below zero (it is unsigned: a tile clamped
+        # to tile 0 of group 0 would read 4 GiB away). Every address stays the word's own. ``groups`` is
+        # 0 only for K = 0, whose packed tensor is empty: the buffer is then empty too, every DMA is out
+        # of range (the hardware writes 0) and the K loop multiplies the zero-filled stages.
+        self.bias = (share - 1) * WORDS_PER_GROUP
         self.layout = fx.get_layout(scales)
-        self.lane_bytes = fx.Int32(fx.thread_idx.x) % 64 * 4
+        span = (fx.get_scalar(fx.cosize(self.layout)) + self.bias) * 4
+        based = fx.make_view(fx.get_iter(scales) + fx.Int32(-self.bias), self.layout)
+        self.buffer = fx.rocdl.make_buffer_tensor(based, num_records_bytes=(groups > 0).select(span, 0))
+        self.dma = fx.make_copy_atom(fx.rocdl.cdna4.BufferLoadAsyncLDS32b(), fx.Int32)
+        self.lane = fx.Int32(fx.thread_idx.x) % WORDS_PER_GROUP  # the lane's word of a 16-row tile
+        self.words = tile_rows // mx_layout.MFMA_ROWS * WORDS_PER_GROUP  # the operand's words of a K group
+        self.first_rep = group * reps  # LDS tile of repetition 0 (wave-uniform)
+        self.first_share = self.first_rep + partner * share
         last_tile = (rows + mx_layout.MFMA_ROWS - 1) // mx_layout.MFMA_ROWS - 1
         first_tile = first_row // mx_layout.MFMA_ROWS
-        tiles = [first_tile + t for t in rep_tiles]
-        self.tiles = [rocdl.readfirstlane(fx.Int32.ir_type, (t > last_tile).select(last_tile, t)) for t in tiles]
+        self.reps = reps
+        self.tiles = []
+        for i in range(share):
+            tile = rep_tiles[i]
+            for q in range(1, partners):
+                tile = (partner == q).select(rep_tiles[q * share + i], tile)
+            tile = first_tile + tile
+            self.tiles.append(rocdl.readfirstlane(fx.Int32.ir_type, (tile > last_tile).select(last_tile, tile)))
 
 
-def load_words(sw: ScaleWords, group: fx.Int32, groups: fx.Int32) -> list[fx.Int32]:
-    """This lane's scale word of every repetition of ``sw`` for K group ``group`` of ``groups``, loaded now."""
-    return [_load_word(sw, tile, group, groups) for tile in sw.tiles]
+def lds_words(tile_m: int, tile_n: int) -> int:
+    """Int32 words of one K group of both operands in LDS: a word a lane for every 16-row tile."""
+    return (tile_m + tile_n) // mx_layout.MFMA_ROWS * WORDS_PER_GROUP
 
 
-def word_loads(
-    sws: tuple[ScaleWords, ...], group: fx.Int32, groups: fx.Int32
-) -> tuple[list[Callable[[], None]], tuple[list[fx.Int32], ...]]:
-    """Issuers of the loads of :func:`load_words` for each of ``sws``, one a word, and the lists (one per
-    ``sws``, in repetition order) that the issuers fill as they run.
-
-    The K loop spreads them among a tile's MFMAs, one a gap: loaded at once, before the tile, the 16 loads
-    and their 16 scalar offsets held the XDL pipe back about 27 cycles of llvm-mca's model a group of four
-    tiles (MXFP8 NN), a third of its loop's distance from the MFMA floor.
-    """
-    words: tuple[list[fx.Int32], ...] = tuple([] for _ in sws)
-
-    def load(sw: ScaleWords, tile: fx.Int32, into: list[fx.Int32]) -> None:
-        into.append(_load_word(sw, tile, group, groups))
-
-    issuers = [
-        functools.partial(load, sw, tile, into) for sw, into in zip(sws, words, strict=True) for tile in sw.tiles
-    ]
-    return issuers, words
+def word_dmas(sws: tuple[ScaleWords, ...], lds: fx.Pointer, group: fx.Int32) -> list[Callable[[], None]]:
+    """Issuers of this wave's DMAs of K group ``group``'s words into LDS at ``lds`` (the
+    operands in ``sws``'s order, :class:`ScaleWords`), one a tile of its share. An operand's DMAs share
+    one LDS base (M0) and step by the instruction's immediate offset, which moves the LDS address and
+    the global one alike (the scalar offset takes it back off the global one, :class:`ScaleWords`'s bias):
+    one M0 an operand instead of one a DMA, each of which LLVM held in a scalar register of its own."""
+    issuers = []
+    base = 0
+    for sw in sws:
+        dst = lds + (base + sw.first_share * WORDS_PER_GROUP)
+        for i, tile in enumerate(sw.tiles):
+            issuers.append(functools.partial(_dma_word, sw, tile, group, dst, i * WORDS_PER_GROUP))
+        base += sw.words
+    return issuers
 
 
-def _load_word(sw: ScaleWords, tile: fx.Int32, group: fx.Int32, groups: fx.Int32) -> fx.Int32:
-    """This lane's word of the 16-row tile ``tile`` for K group ``group`` of ``groups``.
+def _dma_word(sw: ScaleWords, tile: fx.Int32, group: fx.Int32, dst: fx.Pointer, past: int) -> None:
+    """The wave's DMA of the 16-row tile ``tile``'s words of K group ``group`` to ``dst + past`` (lane ``l``'s
+    word lands at ``dst + past + l``; ``past`` words through the immediate offset). A function, not a
+    method: FlyDSL's loop rewriter would carry any local whose method is called in a runtime loop body as
+    loop state, and a ScaleWords is not an IR value."""
+    first = fx.Int32(fx.get_scalar(fx.crd2idx((fx.Int32(tile), group * WORDS_PER_GROUP), sw.layout)))
+    atom = fx.atom_set_value(sw.dma, "soffset", first + sw.bias - past)
+    atom = fx.atom_set_value(atom, "imm_offset", past * 4)  # bytes, where soffset and the VGPR are elements
+    src = fx.make_view(fx.get_iter(sw.buffer) + sw.lane, fx.make_layout(1, 1))
+    fx.copy_atom_call(atom, src, fx.make_view(dst, fx.make_layout(1, 1)))
 
-    ``groups`` is 0 only for K = 0, whose packed tensor is empty: the loads then go past any buffer
-    (the hardware returns 0) and multiply the zero-filled stages. A function, not a method: FlyDSL's
-    loop rewriter would carry any local whose method is called in a runtime loop body as loop state,
-    and a ScaleWords is not an IR value.
-    """
-    voff = fx.as_ir_value((groups > 0).select(sw.lane_bytes, OOB_OFFSET))
-    soff = fx.Int32(fx.get_scalar(fx.crd2idx((fx.Int32(tile), group * WORDS_PER_GROUP), sw.layout))) * 4
-    return fx.Int32(_rocdl.raw_ptr_buffer_load(T.i32, sw.rsrc, voff, fx.as_ir_value(soff)))
+
+def word_reads(
+    sws: tuple[ScaleWords, ...], lds: fx.Pointer
+) -> tuple[tuple[list[Callable[[], None]], ...], tuple[list[fx.Int32], ...]]:
+    """Issuers of the reads of this lane's word of every repetition from LDS at ``lds`` (:func:`word_dmas`),
+    one a word, and the lists they fill as they run: both one an operand, in repetition order.
+
+    A wave's words sit in repetition order, at one address register and constant offsets. One word a read
+    and issuer, so the K loop can read each into the register of the word it replaces, once that word's
+    last MFMA has issued (``gemm._Mma.multiply``)."""
+    atom = fx.make_copy_atom(fx.UniversalCopy(32), fx.Int32)
+    out: tuple[list[fx.Int32], ...] = tuple([] for _ in sws)
+
+    def read(at: fx.Int32, into: list[fx.Int32]) -> None:
+        word = fx.make_rmem_tensor(fx.make_layout(1, 1), fx.Int32)
+        fx.copy_atom_call(atom, fx.make_view(lds + at, fx.make_layout(1, 1)), word)
+        into.append(fx.Int32(word.load()[0]))
+
+    issuers = []
+    base = 0
+    for sw, into in zip(sws, out, strict=True):
+        first = base + sw.first_rep * WORDS_PER_GROUP + sw.lane
+        issuers.append([functools.partial(read, first + r * WORDS_PER_GROUP, into) for r in range(sw.reps)])
+        base += sw.words
+    return tuple(issuers), out
 
 
 def next_byte(words: tuple[list[fx.Int32], ...]) -> tuple[list[fx.Int32], ...]:
