@@ -93,8 +93,9 @@ def test_mx_isa_feeds_scales_from_registers(k_major: tuple[bool, bool]) -> None:
     """Real scales: the scale operands are VGPRs holding the tile's words, the MFMA reading byte
     ``op_sel + 2 * op_sel_hi`` of both (op_sel_hi always spelled out): bytes 0 - 3 in the unrolled
     loop of whole groups, TN, NN and NT alike;
-    the words arrive by dword buffer loads (one per repetition and 512 K), not through LDS, and the
-    N/M-major operands' fragments come through gfx950's transposing 8-bit LDS read."""
+    the words arrive through LDS, each once a workgroup (a dword DMA a 16-row tile and 512 K, split among
+    the waves that share its rows), and the N/M-major operands' fragments come through gfx950's
+    transposing 8-bit LDS read."""
     cfg = KernelConfig(F.MXFP8_E4M3, F.MXFP8_E5M2, *k_major, F.BF16, tile_k=mx.TILE_K)
     rep = isa.isa_report(cfg)
     assert rep["ok"] and rep["scratch_bytes"] == 0 and rep["spills"] == 0, rep
@@ -115,9 +116,10 @@ def test_mx_isa_feeds_scales_from_registers(k_major: tuple[bool, bool]) -> None:
     assert {byte(s) for s in mfmas} == {0, 1, 2, 3}
     # The MMA's A operand is rhs (kernels/mfma.py): E5M2 rhs -> cbsz:1, E4M3 lhs -> blgp 0, not printed.
     assert all("cbsz:1" in s and "blgp" not in s for s in mfmas)
-    # 16 word loads per 512 K (8 + 8 repetitions on 2 x 2 waves), before the loop and in it (bf16 output:
-    # the epilogue loads no dwords).
-    assert len(re.findall(r"^\s+buffer_load_dword v", text, re.M)) == 32
+    # 8 word DMAs a wave per 512 K (the 2 x 16 16-row tiles' words split among 4 waves), before the loop
+    # and in it, and no other dword load (bf16 output: the epilogue loads no dwords).
+    words = re.findall(r"^\s+buffer_load_dword v.*$", text, re.M)
+    assert len(words) == 16 and all(w.rstrip().split("//")[0].rstrip().endswith(" lds") for w in words)
     assert bool(re.search(r"^\s+ds_read_b64_tr_b8 ", text, re.M)) == (k_major != (True, True))
 
 
