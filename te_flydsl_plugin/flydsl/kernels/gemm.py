@@ -375,8 +375,9 @@ class _Lds:
 
 class Transfers(list):
     """One K tile's DMA issuers (:meth:`_Fill.stage`), and in ``prepare`` the issuers of the scalar work they
-    share (a K-outer operand's tile buffer: about 10 scalar instructions), which the hand-over issues on
-    their own, before its release (a transfer does it itself where nothing has). Made by a tile's first
+    share (a K-outer operand's tile buffer: about 10 scalar instructions; in MXFP8's loop also the tile and
+    the wave's LDS base through :meth:`_Fill._here`), which the hand-over issues on their own, before its
+    release (a transfer does it itself where nothing has). Made by a tile's first
     transfer, that work shared one gap between two MFMAs with two transfers and held MXFP8's XDL pipe
     back about 7 cycles a tile (llvm-mca, NN and NT)."""
 
@@ -502,11 +503,15 @@ class _Fill:
         tile's K-tail selects into the MFMAs before the hand-over (with rhs's refill early, MXFP8 NN's fused
         epilogues spilled VGPRs), and held every transfer's M0 value in a scalar register of its own (32
         a wave: NN's fused dgelu_bgrad spilled 2 SGPRs); now each is one ``s_add`` where its DMA goes."""
-        if const_expr(self.p.mx) and not isinstance(k_tile, int):
+        if const_expr(self._in_loop(k_tile)):
             values = [fx.as_ir_value(fx.Int32(k_tile)), fx.as_ir_value(fx.Int32(self.wave_base))]
             k_tile, wave_base = (fx.Int32(v) for v in mfma.fence(values, "s", 0))
             return k_tile, wave_base
         return k_tile, self.wave_base
+
+    def _in_loop(self, k_tile: fx.Int32 | int) -> bool:
+        """Whether ``k_tile``'s transfers go through :meth:`_here`: MXFP8's, in its runtime K loop."""
+        return self.p.mx and not isinstance(k_tile, int)
 
     def _issuers(self, lds_stage: fx.Pointer, plan: tuple, k_tile: fx.Int32 | int) -> Transfers:
         """Issuers of one operand's DMA transfers of K tile ``k_tile`` into ``lds_stage`` (:meth:`_plan`)."""
@@ -515,18 +520,19 @@ class _Fill:
         k_outer = self.p.pinned and not k_major
 
         def prepare() -> None:
-            """Make the tile's source buffer (K-outer: :meth:`_k_outer_tile`) and first K, once."""
+            """Make the tile's source buffer (K-outer: :meth:`_k_outer_tile`), first K and the wave's LDS base
+            (:meth:`_here`), once."""
             if not made:
                 here, wave_base = self._here(k_tile)
                 buffer = self._k_outer_tile(src, ld, here) if const_expr(k_outer) else src
                 made.append((buffer, here * self.p.tile_k, wave_base))
 
         def tile() -> tuple:
-            """The tile's (source buffer, first K), made by its first transfer unless prepared."""
+            """The tile's (source buffer, first K, wave's LDS base), made by its first transfer unless prepared."""
             prepare()
             return made[0]
 
-        shared = k_outer or (self.p.mx and not isinstance(k_tile, int))
+        shared = k_outer or self._in_loop(k_tile)
         issuers = [
             functools.partial(self._issue, lds_stage, tile, rows, ld, k_major, i, *load) for i, load in enumerate(loads)
         ]
@@ -812,7 +818,8 @@ class _Mma:
             self._group(pending, taken, last, epilogue[last])
             self._part(pending, last, 0, 1)
 
-    def _in_place(self, reads: tuple) -> list[tuple[int, list[Callable[[], None]], int]]:
+    @staticmethod
+    def _in_place(reads: tuple) -> list[tuple[int, list[Callable[[], None]], int]]:
         """Where MXFP8's next words are read (``reads``: the (A, B) operands' issuers by repetition, in the
         group's last tile): each with one MFMA between it and the last MFMA that reads the word it
         replaces (B word j: B repetition j's last; A word i: the last repetition's i-th; the last two after

@@ -117,7 +117,7 @@ class ScaleWords:
         self.buffer = fx.rocdl.make_buffer_tensor(based, num_records_bytes=(groups > 0).select(span, 0))
         self.dma = fx.make_copy_atom(fx.rocdl.cdna4.BufferLoadAsyncLDS32b(), fx.Int32)
         self.lane = fx.Int32(fx.thread_idx.x) % WORDS_PER_GROUP  # the lane's word of a 16-row tile
-        self.words = tile_rows // mx_layout.MFMA_ROWS * WORDS_PER_GROUP  # the operand's words of a K group
+        self.words = lds_words(tile_rows)  # the operand's words of a K group
         self.first_rep = group * reps  # LDS tile of repetition 0 (wave-uniform)
         self.first_share = self.first_rep + partner * share
         last_tile = (rows + mx_layout.MFMA_ROWS - 1) // mx_layout.MFMA_ROWS - 1
@@ -132,9 +132,9 @@ class ScaleWords:
             self.tiles.append(rocdl.readfirstlane(fx.Int32.ir_type, (tile > last_tile).select(last_tile, tile)))
 
 
-def lds_words(tile_m: int, tile_n: int) -> int:
-    """Int32 words of one K group of both operands in LDS: a word a lane for every 16-row tile."""
-    return (tile_m + tile_n) // mx_layout.MFMA_ROWS * WORDS_PER_GROUP
+def lds_words(*tile_rows: int) -> int:
+    """Int32 words of one K group in LDS of operands of ``tile_rows`` rows: a word a lane a 16-row tile."""
+    return sum(rows // mx_layout.MFMA_ROWS * WORDS_PER_GROUP for rows in tile_rows)
 
 
 def word_dmas(sws: tuple[ScaleWords, ...], lds: fx.Pointer, group: fx.Int32) -> list[Callable[[], None]]:
