@@ -314,6 +314,10 @@ def _bind_buffer_load(inst: Inst, ctx: BindContext) -> Step:
     if "lds" in inst.modifiers:
         vaddr, rsrc, soff = inst.operands[:3]
         baddr = _BufferAddr(ctx, inst, vaddr, rsrc, soff)
+        # The immediate offset moves the LDS address as well as the global one (LLVM's AMDGPU DMA operations
+        # docs: the LDS-load intrinsics' offset "applied to both global and LDS address"); AMD's shipped
+        # gfx950 MLA kernels (aiter wheel, mla/*.co) step runs of `buffer_load_dword ... offset:256 lds` at
+        # one M0 and then advance M0 past them, which only works so. docs/emulator.md, "Buffer resources".
         inst_off = inst.mod_int("offset", 0)
         lds_size = lds.size
 
