@@ -18,7 +18,7 @@ import torch
 
 from te_flydsl_plugin import llvm
 from te_flydsl_plugin.flydsl import compiled, executors, family, isa
-from te_flydsl_plugin.flydsl.kernels import epilogue
+from te_flydsl_plugin.flydsl.kernels import epilogue, gemm, rowsum
 from te_flydsl_plugin.flydsl.kernels.config import KernelConfig
 from te_flydsl_plugin.flydsl.plan_types import GemmPlan
 from te_flydsl_plugin.spec import Format
@@ -151,29 +151,52 @@ def _loop_opcodes(cfg: KernelConfig) -> list[Counter]:
     return [Counter(i.opcode for i in insts if b.branch_target <= i.address <= b.address) for b in ends]
 
 
+BGRAD = [c for c in EPI if c.epilogue == "bgrad"]
+
+
 @pytest.mark.compile
-@pytest.mark.parametrize("cfg", [c for c in EPI if c.epilogue == "bgrad"], ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", [c for c in BGRAD if c.agpr_accumulators], ids=lambda c: c.name)
+def test_bgrad_sums_ride_the_plain_twins_loops(cfg: KernelConfig) -> None:
+    """Pinned bgrad runs the plain twin's loops (pairs of tiles with the hand-over, an odd tile alone) and
+    adds lhs's rows up among each tile's MFMAs (``_Mma.multiply``, ``rowsum.Tile``): each loop holds the
+    twin's MFMAs, fragment reads, DMAs and barriers exactly, plus ``tile_k / groups`` ``ds_read_b128`` a
+    tile and two sums a ``v_pk_add_f32``; every tile column runs the sums (no second loop to unswitch),
+    only the first stores them. Accumulators in place, nothing spills."""
+    rep = isa.isa_report(cfg)
+    assert rep["ok"], rep
+    mine, twin = _loop_opcodes(cfg), _loop_opcodes(dataclasses.replace(cfg, epilogue="plain"))
+    assert len(mine) == len(twin) == 2, (mine, twin)
+    vec, _, groups = rowsum.shape(gemm.params_for(cfg))
+    reads_a_tile = cfg.tile_k // groups
+    mfma_a_tile = min(sum(v for op, v in c.items() if op.startswith("v_mfma")) for c in twin)
+    for a, b in zip(mine, twin, strict=True):
+        tiles = sum(v for op, v in b.items() if op.startswith("v_mfma")) // mfma_a_tile
+        for op in {*a, *b}:
+            if op.startswith(("v_mfma", "ds_read_b64", "buffer_load", "s_barrier")):
+                assert a[op] == b[op], (op, a, b)
+        assert a["ds_read_b128"] == b["ds_read_b128"] + tiles * reads_a_tile, (a, b)
+        assert a["v_pk_add_f32"] == tiles * reads_a_tile * vec // rowsum.Tile.PART, a
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("cfg", [c for c in BGRAD if not c.agpr_accumulators], ids=lambda c: c.name)
 def test_bgrad_sums_in_the_first_tile_column_only(cfg: KernelConfig) -> None:
-    """bgrad's K loop reads lhs's K tiles from LDS for the row sums: LLVM unswitches the uniform
-    ``bn == 0`` test into two loops, one with the sums (extra ``ds_read_b128``s) and one without, which
-    the other tile columns run; accumulators stay in place in both, nothing spills."""
+    """fp32's bgrad (LLVM's own MFMAs) reads lhs's K tiles from LDS for the row sums after each tile's
+    MFMAs: LLVM unswitches the uniform ``bn == 0`` test into two loops, one with the sums (extra
+    ``ds_read_b128``s) and one without, which the other tile columns run; accumulators stay in place in
+    both, nothing spills."""
     rep = isa.isa_report(cfg)
     plain = isa.isa_report(dataclasses.replace(cfg, epilogue="plain"))
     assert rep["ok"], rep
-    # The pinned twins run pairs of tiles and an odd tile alone (gemm_kernel): two loops; fp32's one.
-    assert len(rep["loop_insts"]) == 2 and len(plain["loop_insts"]) == (2 if cfg.agpr_accumulators else 1), rep
-    # The loop without the sums reads LDS exactly as the plain twin's one-tile loop, the other adds the
-    # sums' reads.
+    assert len(rep["loop_insts"]) == 2 and len(plain["loop_insts"]) == 1, rep
+    # The loop without the sums reads LDS exactly as the plain twin's loop, the other adds the sums' reads.
     lean, sums = sorted(_loop_opcodes(cfg), key=lambda c: sum(c.values()))
-    twin = min(_loop_opcodes(dataclasses.replace(cfg, epilogue="plain")), key=lambda c: sum(c.values()))
+    (twin,) = _loop_opcodes(dataclasses.replace(cfg, epilogue="plain"))
 
     def reads(c: Counter) -> int:
         return sum(n for op, n in c.items() if op.startswith("ds_read"))
 
     assert reads(lean) == reads(twin) < reads(sums), (lean, twin, sums)
     assert sum(lean.values()) < sum(sums.values()) and sum(twin.values()) < sum(sums.values())
-    if not cfg.agpr_accumulators:
-        # Same loop shape as the twin (LLVM's MFMAs: no hand-over on either side), so no larger. The
-        # pinned twins hand tiles over inside the loop (gemm_kernel), which bgrad's sums rule out: their
-        # loop has a barrier more and three s_waitcnt fewer, 2 instructions shorter than bgrad's lean one.
-        assert sum(lean.values()) <= sum(twin.values()), (lean, twin)
+    # Same loop shape as the twin (LLVM's MFMAs: no hand-over on either side), so no larger.
+    assert sum(lean.values()) <= sum(twin.values()), (lean, twin)

@@ -606,16 +606,15 @@ class _Mma:
     The MMA computes the tile transposed: its A operand is rhs (output columns), its B operand lhs
     (output rows), so each lane's 4 accumulators of one MFMA are 4 adjacent output columns.
 
-    The hand-over (``handover``) inside the loop, in tile t's last K chunk: as soon as every wave is done
-    reading tile t (with two K chunks, bf16 / fp16: the chunk's start, its fragments were read during chunk
-    0; with one, FP8 and MXFP8: the start of B repetition ``b_reps - b_ahead``, B's reads running
-    ``b_ahead`` repetitions ahead) the release barrier and at once the DMA of tile t + 2 into tile t's
+    The hand-over inside the loop (every pinned config: ``handover``), in tile t's last K chunk: as soon
+    as every wave is done reading tile t (with two K chunks, bf16 / fp16: the chunk's start, its fragments
+    were read during chunk 0; with one, FP8 and MXFP8: the start of B repetition ``b_reps - b_ahead``, B's
+    reads running ``b_ahead`` repetitions ahead) the release barrier and at once the DMA of tile t + 2 into tile t's
     stage; then the publish (tile t + 1 has landed, tile t + 2 still in flight) and tile t + 1's first
     fragments (:meth:`first_reads`), which then have the rest of the tile to land. The refill goes out
     before the wait for the tile before it, so the memory stream never drains: waiting for tile t + 1 first
     left the port idle a whole memory latency every tile (docs/kernels.md, "Why PR 676's bf16 is predicted
-    faster"). Not with bgrad, whose row sums read the tile after its MFMAs: it releases and refills after
-    them (``gemm_kernel``).
+    faster"). bgrad's row sums read the tile among its first MFMAs, before the release (:meth:`multiply`).
     """
 
     def __init__(
@@ -632,7 +631,8 @@ class _Mma:
         self.lds = lds
         self.tiled_mma = tiled_mma
         self.k_chunks = p.tile_k // p.mma_k
-        self.handover = p.pinned and not p.epi_rowsum
+        self.handover = p.pinned  # LLVM's own MFMAs (fp32) sync at the loop's top instead (gemm_kernel)
+        self.tid, self.elem_a = tid, elem_a  # bgrad's row sums (rowsum.Tile)
         self.thr_mma = tiled_mma.thr_slice(tid)
         self.s2r_rhs = _s2r_atom(p, elem_b, p.rhs_k_major)
         self.s2r_lhs = _s2r_atom(p, elem_a, p.lhs_k_major)
@@ -700,10 +700,11 @@ class _Mma:
         epilogue: Sequence[Callable[[int], list]] = (),
         dmas: Sequence[Callable[[], None]] = (),
         reads: tuple[list[Callable[[], None]], list[Callable[[], None]]] | tuple = (),
-    ) -> None:
-        """One K tile from LDS stage ``stage``. Without ``handover``, ``fills`` (the DMA issuers of the next
-        tile) go out first, before the tile's fragment reads; with it, they are tile t + 2's, issued with the
-        hand-over of ``next_stage`` (None for the last tile), and the tile's first fragments are already
+        sums: fx.Vector | None = None,
+    ) -> fx.Vector | None:
+        """One K tile from LDS stage ``stage``. Without ``handover`` (fp32), ``fills`` (the DMA issuers of
+        the next tile) go out first, before the tile's fragment reads; with it, they are tile t + 2's, issued
+        with the hand-over of ``next_stage`` (None for the last tile), and the tile's first fragments are already
         read (by the tile before's hand-over, or the prologue). MXFP8 passes its (rhs, lhs) scale ``words``
         and the ``byte`` of them that scales this tile. ``epilogue`` (the last tile: the groups' issuers,
         ``epilogue.store_groups``) stores each group as its MFMAs finish: group g's head with the first
@@ -712,7 +713,10 @@ class _Mma:
         words: ``dmas`` (into LDS, ``mx.word_dmas``) go out one an MFMA before the early release, older
         than the whole refill, so the publish's ``vmcnt`` waits for them too and its count stays the
         refill's; ``reads`` (into registers, ``mx.word_reads``), in a tile after that publish, each where
-        the word it replaces is dead (:meth:`_in_place`)."""
+        the word it replaces is dead (:meth:`_in_place`). bgrad passes its row ``sums`` (pinned only) and gets
+        them back with this tile's added: the tile's LDS reads of them (``rowsum.Tile``) among the first
+        half of chunk 0's MFMAs, their adds over the rest, so all are read before the hand-over's release
+        lets the refill overwrite the stage."""
         p, k_chunks = self.p, self.k_chunks
         if const_expr(not p.pinned):
             # LLVM's own MFMA selection (fp32: KernelConfig.agpr_accumulators): its scheduler
@@ -725,7 +729,7 @@ class _Mma:
                 fx.copy(self.s2r_rhs, src_rhs[None, None, kc], self.frag_rhs_copy[None, None, kc])
                 a, b = self.frag_rhs[None, None, kc], self.frag_lhs[None, None, kc]
                 fx.gemm(self.tiled_mma, self.acc, a, b, self.acc)
-            return
+            return sums
 
         # The MFMAs run B-repetition by B-repetition (kernels/mfma.py), and what they read is issued
         # among them: with several K chunks, chunk kc + 1's fragments during chunk kc; with one, each B
@@ -733,6 +737,18 @@ class _Mma:
         b_reads = self.reads(stage, 0)[1]
         b_reps = fx.size(self.frag_lhs.shape[1]).get_static_leaf_int
         a_reps = fx.size(self.frag_rhs.shape[1]).get_static_leaf_int
+        total = a_reps * b_reps
+        row_sums: list[list] = [[] for _ in range(k_chunks)]
+        tile_sums = None
+        if const_expr(p.epi_rowsum):
+            # bgrad's row sums: read in chunk 0's first half, added over the rest of the tile; with two K
+            # chunks, half the adds in the last one (a gap between two MFMAs has room for a few instructions,
+            # and the hand-over's transfers take one in each of the last chunk's).
+            tile_sums = rowsum.Tile(p, sums, self.lds.a_stage(stage), self.lds.a_layout, self.elem_a, self.tid)
+            adds = tile_sums.adds
+            later_adds = len(adds) // 2 if k_chunks > 1 else 0
+            row_sums[0] = [(0, tile_sums.reads, total // 2), (total // 2, adds[: len(adds) - later_adds])]
+            row_sums[k_chunks - 1] += [(0, adds[len(adds) - later_adds :])]
         taken = None
         if const_expr(bool(epilogue) and k_chunks == 1):
             # The last tile's B fragments are all read at its start (none is read for a next tile), and
@@ -743,11 +759,7 @@ class _Mma:
                 b_reads[j]()
                 taken[j] = mfma.operand(self.frag_lhs[None, j, 0], p.lhs_elem)
         hand_over, early = [], []
-        if const_expr(not self.handover):
-            for issue in fills:
-                issue()
-            self.issue_first_reads(stage)
-        elif const_expr(next_stage is not None):
+        if const_expr(next_stage is not None):
             if const_expr(bool(fills) and k_chunks == 1):
                 # One K chunk: the tile's A (rhs) fragments were all read before it started (first_reads), so
                 # its rhs stage is released early, once the first B repetition is under way, and rhs's refill
@@ -807,7 +819,7 @@ class _Mma:
                 p.lhs_elem,
                 p.mx,
                 words,
-                upcoming,
+                upcoming + row_sums[kc],
                 byte,
                 a_outer,
                 taken,
@@ -817,6 +829,7 @@ class _Mma:
             last = len(epilogue) - 1
             self._group(pending, taken, last, epilogue[last])
             self._part(pending, last, 0, 1)
+        return sums if tile_sums is None else tile_sums.sums
 
     @staticmethod
     def _in_place(reads: tuple) -> list[tuple[int, list[Callable[[], None]], int]]:
@@ -957,7 +970,7 @@ def gemm_kernel(
     # done reading it (the release), before the wait for tile t + 1 (the publish). Inside the runtime loops
     # and branches only these plain names are called: FlyDSL carries every local whose method is called
     # there as loop state (``fill.stage(...)`` would make ``fill`` an scf iter_arg).
-    sync, release, publish = _sync, _release, _publish
+    sync, publish = _sync, _publish
     fill_stage, multiply, a_stage = fill.stage, mma.multiply, lds.a_stage
     scale_invs = _scale_invs(p, lhs_scale, rhs_scale)
     sums = rowsum.start(p)  # bgrad's row sums (kernels/rowsum.py); a local of the kernel body for every config
@@ -1010,10 +1023,9 @@ def gemm_kernel(
             multiply(peel_stage, words, (), 1 - peel_stage)
             words = mx.next_byte(words)
     else:
-        # bgrad (kernels/rowsum.py): after each tile's MFMAs the first tile column adds lhs's rows up in LDS.
-        # Pinned without the hand-over (bgrad): the release, tile t + 2's DMA and tile t + 1's publish come
-        # after the tile's MFMAs and row sums, as for MXFP8. LLVM's own MFMAs (fp32) keep the sync at the
-        # top of the loop with tile t + 1's DMA right after it.
+        # LLVM's own MFMAs (fp32) keep the sync at the top of the loop with tile t + 1's DMA right after it;
+        # their bgrad's first tile column adds lhs's rows up in LDS after each tile's MFMAs (kernels/rowsum.py;
+        # the pinned ones' row sums run among the MFMAs, every tile column: _Mma.multiply).
         fill.issue(0, 0)
         if const_expr(p.pinned):
             # Tile 1's DMA right behind tile 0's, so the port never waits for tile 0 to land; then the
@@ -1023,15 +1035,14 @@ def gemm_kernel(
                 issue()
             mma.zero()
             publish(len(tile_1))
-            if const_expr(mma.handover):  # each tile's hand-over reads the next tile's first fragments
-                mma.issue_first_reads(0)
+            mma.issue_first_reads(0)  # each tile's hand-over reads the next tile's first fragments
         else:
             mma.zero()
         # With the hand-over the loop runs pairs of tiles, unrolled: the stages are constants in each (their
         # bases fold into the fragment reads' and the DMAs' offsets), and each tile's first fragments, read
         # by the tile before, have registers of their own. The loop holds the tiles that refill, 0 ..
         # k_tiles - 3 (an odd one runs alone after the pairs); tile k_tiles - 2 is the peel, below.
-        # Without the hand-over every tile but the last is looped.
+        # Without the hand-over (fp32) every tile but the last is looped.
         paired = 0
         looped = k_tiles - 1
         if const_expr(mma.handover):
@@ -1039,25 +1050,17 @@ def gemm_kernel(
             paired = (k_tiles < 2).select(0, looped & -2)
             for g in range(0, paired, 2):
                 # Tiles g + 2 and g + 3 go into tile g's and g + 1's stages.
-                multiply(0, None, fill_stage(0, g + 2), 1)
-                multiply(1, None, fill_stage(1, g + 3), 0)
+                sums = multiply(0, None, fill_stage(0, g + 2), 1, sums=sums)
+                sums = multiply(1, None, fill_stage(1, g + 3), 0, sums=sums)
         for t in range(paired, looped, 1):
             if const_expr(mma.handover):
                 # Tile t + 2 goes into tile t's stage.
-                multiply(t % 2, None, fill_stage(t % 2, t + 2), (t + 1) % 2)
-            elif const_expr(p.pinned):
-                multiply(t % 2)
+                sums = multiply(t % 2, None, fill_stage(t % 2, t + 2), (t + 1) % 2, sums=sums)
             else:
                 sync()
                 multiply(t % 2, None, fill_stage((t + 1) % 2, t + 1))
-            if const_expr(p.epi_rowsum) and bn == 0:
-                sums = rowsum.add(p, sums, a_stage(t % 2), lds.a_layout, elem_a, tid)
-            if const_expr(p.pinned and not mma.handover):
-                release()
-                refill = fill_stage(t % 2, t + 2)  # as the hand-over's: tile t's stage, zeros past K
-                for issue in refill:
-                    issue()
-                publish(len(refill))
+                if const_expr(p.epi_rowsum) and bn == 0:
+                    sums = rowsum.add(p, sums, a_stage(t % 2), lds.a_layout, elem_a, tid)
         if const_expr(not p.pinned):
             sync()
         words = None
@@ -1067,7 +1070,7 @@ def gemm_kernel(
         # to peel) it multiplies stage 0, tile 0 or K = 0's all-out-of-bounds zeros, and the last tile
         # the zeros of tile 1's fill, past K: the sum is the same.
         peel = (k_tiles < 2).select(0, k_tiles & 1)
-        multiply(peel, None, (), 1 - peel)
+        sums = multiply(peel, None, (), 1 - peel, sums=sums)
         last_stage = 1 - peel
     else:
         # The last tile sits in stage (k_tiles - 1) % 2; K = 0 has none, and multiplies the zeros that the
@@ -1081,11 +1084,12 @@ def gemm_kernel(
     # column sums span the row groups) store after the last tile.
     scale = _output_scale(alpha, scale_invs)
     tile = (p, mma.acc, mma.thr_mma, o_buf, extras, row0, col0, bm, m, n, ld_out, scale, beta)
-    overlap = mma.handover and (mma.k_chunks > 1 or not p.epi_colsum)
+    overlap = mma.handover and not p.epi_rowsum and (mma.k_chunks > 1 or not p.epi_colsum)
     if const_expr(not overlap):
-        multiply(last_stage, words)
-        if const_expr(p.epi_rowsum) and bn == 0:
+        sums = multiply(last_stage, words, sums=sums)
+        if const_expr(p.epi_rowsum and not p.pinned):
             sums = rowsum.add(p, sums, a_stage(last_stage), lds.a_layout, elem_a, tid)
+        if const_expr(p.epi_rowsum) and bn == 0:
             rowsum.store(p, sums, fx.rocdl.make_buffer_tensor(partials, max_size=False), row0, m, tid)
     # beta == 0 never reads D (it may hold NaN or be uninitialised): the plain store has two bodies
     # behind a uniform branch (with the overlap, branches inside each group: epilogue.BETA); the fused
