@@ -117,6 +117,7 @@ def _is_dma(i: Inst) -> bool:
         (KernelConfig(Format.BF16, Format.BF16, True, True, Format.BF16), 32, True),
         (KernelConfig(Format.FP16, Format.FP16, False, True, Format.FP32), 32, True),
         (KernelConfig(Format.BF16, Format.BF16, True, True, Format.BF16, epilogue="bias_gelu"), 32, True),
+        (KernelConfig(Format.BF16, Format.BF16, False, False, Format.BF16, epilogue="bgrad"), 32, True),
         (KernelConfig(Format.FP8_E4M3, Format.FP8_E4M3, True, True, Format.BF16, tile_k=128), 32, True),
         (
             KernelConfig(Format.FP8_E5M2, Format.FP8_E4M3, True, True, Format.BF16, tile_k=128, epilogue="dgelu"),
@@ -142,7 +143,8 @@ def test_prologue_and_epilogue_keep_the_port_busy(cfg: KernelConfig, prologue_dm
     in the prologue, before that wait; and each epilogue body stores its first block before it reads
     half the accumulators (one fence for all had LLVM read all 256 first). The epilogue runs among the
     last tile's MFMAs, group by group (two K chunks, bf16 / fp16: column groups of the last chunk; one,
-    FP8 / MXFP8: row groups), except the one-chunk dgelu_bgrad's, whose column sums span the row groups."""
+    FP8 / MXFP8: row groups; bgrad's row sums too), except the one-chunk dgelu_bgrad's, whose column sums
+    span the row groups."""
     _, insts = _instructions(cfg)
     first_dma = next(n for n, i in enumerate(insts) if _is_dma(i))
     first_wait = next(n for n, i in enumerate(insts) if i.opcode == "s_waitcnt" and "vmcnt" in i.text)

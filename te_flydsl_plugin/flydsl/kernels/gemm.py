@@ -1080,42 +1080,49 @@ def gemm_kernel(
     # finish (``_Mma.multiply``), so the output stream overlaps the tile's compute: column groups of the
     # last chunk with two K chunks (bf16, fp16), row groups (B repetitions) with one (FP8, MXFP8, whose
     # column order would hold all 8 B fragments at once: LLVM then moved 64 accumulators in FP8's loop).
-    # fp32, bgrad (whose row sums read the last tile after its MFMAs) and the one-chunk dgelu_bgrad (its
-    # column sums span the row groups) store after the last tile.
+    # fp32 and the one-chunk dgelu_bgrad (its column sums span the row groups) store after the last tile.
+    # bgrad's row sums run among the last tile's MFMAs as among every tile's, and are stored after them.
     scale = _output_scale(alpha, scale_invs)
     tile = (p, mma.acc, mma.thr_mma, o_buf, extras, row0, col0, bm, m, n, ld_out, scale, beta)
-    overlap = mma.handover and not p.epi_rowsum and (mma.k_chunks > 1 or not p.epi_colsum)
+    overlap = mma.handover and (mma.k_chunks > 1 or not p.epi_colsum)
     if const_expr(not overlap):
-        sums = multiply(last_stage, words, sums=sums)
-        if const_expr(p.epi_rowsum and not p.pinned):
-            sums = rowsum.add(p, sums, a_stage(last_stage), lds.a_layout, elem_a, tid)
+        multiply(last_stage, words)
         if const_expr(p.epi_rowsum) and bn == 0:
-            rowsum.store(p, sums, fx.rocdl.make_buffer_tensor(partials, max_size=False), row0, m, tid)
+            sums = rowsum.add(p, sums, a_stage(last_stage), lds.a_layout, elem_a, tid)
     # beta == 0 never reads D (it may hold NaN or be uninitialised): the plain store has two bodies
     # behind a uniform branch (with the overlap, branches inside each group: epilogue.BETA); the fused
     # epilogues one, whose loads of D sit behind a branch on beta (two bodies spill).
     if const_expr(p.epi_bias or p.epi_gelu or p.epi_dgelu):
         _finish(multiply, overlap, last_stage, words, tile, None)
     elif const_expr(overlap):
-        _finish(multiply, overlap, last_stage, words, tile, epilogue.BETA)
+        sums = _finish(multiply, overlap, last_stage, words, tile, epilogue.BETA, sums)
     elif beta == 0.0:
         _finish(multiply, overlap, last_stage, words, tile, False)
     else:
         _finish(multiply, overlap, last_stage, words, tile, True)
+    if const_expr(p.epi_rowsum):
+        ws = fx.rocdl.make_buffer_tensor(partials, max_size=False)
+        rowsum.store(p, sums, ws, row0, m, tid, (bn == 0).select(m, 0))  # the first tile column's
 
 
 def _finish(
-    multiply: Callable, overlap: bool, stage: fx.Int32, words: tuple | None, tile: tuple, reads_out: bool | str | None
-) -> None:
+    multiply: Callable,
+    overlap: bool,
+    stage: fx.Int32,
+    words: tuple | None,
+    tile: tuple,
+    reads_out: bool | str | None,
+    sums: fx.Vector | None = None,
+) -> fx.Vector | None:
     """The epilogue (``epilogue.store_tile``'s arguments in ``tile``): with ``overlap``, the last tile's
-    MFMAs with the groups among them (row groups with one K chunk); else after the last tile (multiplied
-    already)."""
+    MFMAs with the groups among them (row groups with one K chunk) and bgrad's ``sums``, returned with
+    the tile's added; else after the last tile (multiplied already)."""
     if const_expr(overlap):
         p = tile[0]
         groups = epilogue.store_groups(*tile, reads_out, rows=p.tile_k == p.mma_k)
-        multiply(stage, words, epilogue=groups)
-    else:
-        epilogue.store_tile(*tile, reads_out)
+        return multiply(stage, words, epilogue=groups, sums=sums)
+    epilogue.store_tile(*tile, reads_out)
+    return sums
 
 
 def make_tiled_mma(p: GemmParams) -> fx.TiledMma:

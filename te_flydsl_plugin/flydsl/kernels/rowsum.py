@@ -24,11 +24,10 @@ import functools
 from collections.abc import Callable
 
 import flydsl.expr as fx
+from flydsl._mlir.dialects import llvm
 from flydsl.expr import range_constexpr
-from flydsl.expr.typing import Vector
 
 from .config import DMA_BYTES, OOB_BYTES
-from .mfma import fence
 
 
 def shape(p) -> tuple[int, int, int]:
@@ -49,25 +48,49 @@ def start(p) -> fx.Vector:
     return fx.Vector.filled((vec,), 0.0, fx.Float32)
 
 
+# One 16-bit element of a 32-bit word (its low or high half) into its fp32 sum: one asm statement each,
+# ``(text, constraints)`` by half. An asm statement keeps its place among the MFMAs' (side-effecting asm);
+# free-standing arithmetic between two empty asm fences did too, but LLVM's hazard recognizer, which
+# assumes an asm statement's every def is a forwarding hazard for the next instruction, put an
+# ``s_nop 0`` at most fences (83 a pair of bf16 tiles). So no statement here defines what a later one
+# reads or writes but the sums, which the next statement to touch comes many MFMAs later: bf16's low
+# half goes to its fp32 bits through a scratch ($1), the high half masks the word itself (tied, the
+# word's last use), each added by ``v_add_f32``. fp16: one ``v_fma_mix_f32`` of the half (``op_sel`` 1:
+# the high one) times 1.0 plus the sum: an exact product and one rounding, the bits of
+# ``v_cvt_f32_f16`` and ``v_add_f32`` (AMD's CDNA3 ISA guide, VOP3P V_FMA_MIX_F32: each source f32, or
+# f16 from the half ``op_sel`` names where ``op_sel_hi`` is set).
+_ADD = {
+    "BFloat16": (
+        ("v_lshlrev_b32 $1, 16, $3\nv_add_f32 $0, $0, $1", "=v,=&v,0,v"),
+        ("v_and_b32 $1, 0xffff0000, $1\nv_add_f32 $0, $0, $1", "=v,=v,0,1"),
+    ),
+    "Float16": (
+        ("v_fma_mix_f32 $0, $2, 1.0, $0 op_sel_hi:[1,0,0]", "=v,0,v"),
+        ("v_fma_mix_f32 $0, $2, 1.0, $0 op_sel:[1,0,0] op_sel_hi:[1,0,0]", "=v,0,v"),
+    ),
+}
+
+
 class Tile:
     """One K tile's share of a thread's sums as issuers a schedule can spread among the tile's MFMAs
-    (``gemm._Mma.multiply``): :attr:`reads`, the tile's LDS reads, then :attr:`adds`, ``PART`` sums
-    each (a whole read's ``vec`` conversions and adds in one gap between two MFMAs would hold the XDL
-    pipe's next MFMA back); :attr:`sums` once all have run. Each read's data is waited for where its
-    adds use it (LLVM's ``s_waitcnt``), so the adds must only come after their reads."""
-
-    PART = 2
+    (``gemm._Mma.multiply``, 16-bit elements): :attr:`reads`, the tile's LDS reads, then :attr:`adds`,
+    one element each (a whole read's ``vec`` conversions and adds in one gap between two MFMAs would
+    hold the XDL pipe's next MFMA back); :attr:`sums` once all have run. Each read's data is waited
+    for where its adds use it (LLVM's ``s_waitcnt``), so the adds must only come after their reads."""
 
     def __init__(self, p, sums: fx.Vector, lds_stage, layout, elem, tid) -> None:
         vec, chunks, groups = shape(p)
-        self._parts = [sums.shuffle(sums, list(range(e, e + self.PART))) for e in range(0, vec, self.PART)]
+        self._elem = elem
+        self._sums = [fx.as_ir_value(sums[e]) for e in range(vec)]
+        self.chunks: list[fx.Tensor] = []
         self.reads: list[Callable[[], None]] = []
         self.adds: list[Callable[[], None]] = []
         for i in range_constexpr(p.tile_k // groups):
             chunk = fx.make_rmem_tensor(fx.make_layout(vec, 1), elem)
             where = ((tid % chunks) * vec, tid // chunks + i * groups)  # (row, K column) of the chunk
+            self.chunks.append(chunk)
             self.reads.append(functools.partial(self._read, lds_stage, layout, elem, vec, where, chunk))
-            self.adds += [functools.partial(self._add, chunk, q) for q in range(len(self._parts))]
+            self.adds += [functools.partial(self._add, chunk, e) for e in range(vec)]
 
     @staticmethod
     def _read(lds_stage, layout, elem, vec: int, where: tuple, chunk: fx.Tensor) -> None:
@@ -75,36 +98,40 @@ class Tile:
         atom = fx.make_copy_atom(fx.UniversalCopy(128), elem)
         fx.copy_atom_call(atom, fx.make_view(lds_stage + idx, fx.make_layout(vec, 1)), chunk)
 
-    def _add(self, chunk: fx.Tensor, q: int) -> None:
-        # Between two empty asm statements, which keep their place among the MFMAs' (side-effecting asm):
-        # LLVM's scheduler gathered the free-standing conversions and adds into runs of 14 and 81
-        # instructions between two MFMAs, the XDL pipe idle behind them.
-        v = chunk.load()
-        first = q * self.PART
-        pair = v.shuffle(v, list(range(first, first + self.PART)))
-        pair, part = (Vector(x) for x in fence([fx.as_ir_value(pair), fx.as_ir_value(self._parts[q])], "v", 0))
-        (total,) = fence([fx.as_ir_value(part + pair.to(fx.Float32))], "v", 0)
-        self._parts[q] = Vector(total)
+    def _add(self, chunk: fx.Tensor, e: int) -> None:
+        text, constraints = _ADD[self._elem.__name__][e % 2]
+        word = fx.as_ir_value(chunk.load().bitcast(fx.Int32)[e // 2])
+        f32 = self._sums[e].type
+        alone = constraints.count("=") == 1  # else the word's scratch or its tied copy is a second result
+        result = llvm.inline_asm(
+            f32 if alone else llvm.StructType.get_literal([f32, word.type]),
+            [self._sums[e], word],
+            text,
+            constraints,
+            has_side_effects=True,
+        )
+        self._sums[e] = result if alone else llvm.extractvalue(f32, result, [0])
 
     @property
     def sums(self) -> fx.Vector:
-        whole = self._parts[0]
-        for part in self._parts[1:]:
-            whole = whole.shuffle(part, list(range(len(whole) + len(part))))
-        return whole
+        return fx.Vector.from_elements(self._sums, dtype=fx.Float32)
 
 
 def add(p, sums: fx.Vector, lds_stage, layout, elem, tid) -> fx.Vector:
     """``sums`` plus this thread's share of one K tile in LDS (``lds_stage``: lhs's stage pointer), all
-    at once (fp32's, after each tile's MFMAs)."""
+    at once, in plain arithmetic for LLVM to schedule (fp32's, after each tile's MFMAs)."""
     tile = Tile(p, sums, lds_stage, layout, elem, tid)
-    for issue in tile.reads + tile.adds:
+    for issue in tile.reads:
         issue()
-    return tile.sums
+    for chunk in tile.chunks:
+        sums = sums + chunk.load().to(fx.Float32)
+    return sums
 
 
-def store(p, sums: fx.Vector, ws_buf, row0, m, tid) -> None:
-    """This thread's sums -> ``ws[t // chunks, row0 + its rows]`` (rows past M dropped)."""
+def store(p, sums: fx.Vector, ws_buf, row0, m, tid, rows) -> None:
+    """This thread's sums -> ``ws[t // chunks, row0 + its rows]`` (the workspace ``m`` wide; rows past
+    ``rows`` dropped through the buffer's range check: M in the first tile column, 0 elsewhere, so the
+    other columns need no branch around the store, which LLVM laid out behind a backward jump)."""
     vec, chunks, _ = shape(p)
     row = row0 + (tid % chunks) * vec
     base = (tid // chunks) * m + row
@@ -112,7 +139,7 @@ def store(p, sums: fx.Vector, ws_buf, row0, m, tid) -> None:
     block = fx.make_layout(4, 1)
     oob = -(OOB_BYTES // 4)
     for q in range_constexpr(vec // 4):
-        off = (row + 4 * q < m).select(base + 4 * q, oob)
+        off = (row + 4 * q < rows).select(base + 4 * q, oob)
         r = fx.make_rmem_tensor(block, fx.Float32)
         r.store(fx.Vector.from_elements([sums[4 * q + e] for e in range(4)], dtype=fx.Float32))
         fx.copy_atom_call(atom, r, fx.make_view(fx.get_iter(ws_buf) + off, block))
