@@ -737,18 +737,11 @@ class _Mma:
         b_reads = self.reads(stage, 0)[1]
         b_reps = fx.size(self.frag_lhs.shape[1]).get_static_leaf_int
         a_reps = fx.size(self.frag_rhs.shape[1]).get_static_leaf_int
-        total = a_reps * b_reps
-        row_sums: list[list] = [[] for _ in range(k_chunks)]
         tile_sums = None
         if const_expr(p.epi_rowsum):
-            # bgrad's row sums: read in chunk 0's first half, added over the rest of the tile; with two K
-            # chunks, half the adds in the last one (a gap between two MFMAs has room for a few instructions,
-            # and the hand-over's transfers take one in each of the last chunk's).
+            if const_expr(k_chunks == 1):
+                raise ValueError(f"{p.name}: bgrad's row sums are read in a tile's first K chunk, before its last")
             tile_sums = rowsum.Tile(p, sums, self.lds.a_stage(stage), self.lds.a_layout, self.elem_a, self.tid)
-            adds = tile_sums.adds
-            later_adds = len(adds) // 2 if k_chunks > 1 else 0
-            row_sums[0] = [(0, tile_sums.reads, total // 2), (total // 2, adds[: len(adds) - later_adds])]
-            row_sums[k_chunks - 1] += [(0, adds[len(adds) - later_adds :])]
         taken = None
         if const_expr(bool(epilogue) and k_chunks == 1):
             # The last tile's B fragments are all read at its start (none is read for a next tile), and
@@ -798,18 +791,32 @@ class _Mma:
             epilogue_at.append((first, [functools.partial(self._group, pending, taken, g, epilogue[g])]))
             parts = [functools.partial(self._part, pending, g, t, per_group) for t in range(per_group)]
             epilogue_at += [(first + t, [part]) for t, part in enumerate(parts)]
+        # bgrad's row sums (two K chunks): read in chunk 0, before the last chunk's release, and added over
+        # the rest of the tile. Each chunk's own issuers (the next chunk's fragment reads; the hand-over) and
+        # the sums' go out as one list, spread one a gap: spread on their own, two lists put two issuers in
+        # some gaps and none in others (bf16 1.09 -> x the floor). The adds are split so both chunks hold
+        # about as many.
+        sums_at: list[list[Callable[[], None]]] = [[] for _ in range(k_chunks)]
+        if const_expr(tile_sums is not None):
+            reads_0, adds = tile_sums.reads, tile_sums.adds
+            first = (len(hand_over) + len(adds) - a_reps - b_reps - len(reads_0)) // 2
+            first = min(max(first, 0), len(adds))
+            sums_at = [reads_0 + adds[:first], adds[first:]]
         for kc in range_constexpr(k_chunks):
             later = [issue for side in self.reads(stage, kc + 1) for issue in side] if kc + 1 < k_chunks else []
+            if const_expr(kc + 1 < k_chunks):
+                later = self._interleave(later, sums_at[kc])
             upcoming = [(0, b_reads[self.b_ahead :] if k_chunks == 1 else later)]
             a_outer = const_expr(bool(epilogue) and k_chunks > 1 and kc == k_chunks - 1)
             if const_expr(bool(epilogue) and (k_chunks == 1 or a_outer)):
                 # Two chunks: the last one runs column group by column group (A repetition outer; its
                 # fragments were all read during chunk 0).
-                upcoming = epilogue_at
+                upcoming = [*epilogue_at, (0, sums_at[kc])]
             elif const_expr(kc == k_chunks - 1):
                 # With one K chunk the tile's own B reads run to the start of repetition b_reps - 1 -
                 # b_ahead: the hand-over, which lets the next DMA overwrite this stage, starts one after.
                 # MXFP8's word DMAs: one a gap from the tile's first MFMA, all before the early release.
+                hand_over = self._interleave(hand_over, sums_at[kc])
                 upcoming += [(0, dmas, len(dmas) + 1), (a_reps, early, at), (at, hand_over), *self._in_place(reads)]
             mfma.gemm(
                 self.acc,
@@ -819,7 +826,7 @@ class _Mma:
                 p.lhs_elem,
                 p.mx,
                 words,
-                upcoming + row_sums[kc],
+                upcoming,
                 byte,
                 a_outer,
                 taken,
@@ -830,6 +837,19 @@ class _Mma:
             self._group(pending, taken, last, epilogue[last])
             self._part(pending, last, 0, 1)
         return sums if tile_sums is None else tile_sums.sums
+
+    @staticmethod
+    def _interleave(a: list, b: list) -> list:
+        """``a`` and ``b`` as one list, each in its order, evenly mixed (``b`` empty: ``a``)."""
+        out, i, j = [], 0, 0
+        while i < len(a) or j < len(b):
+            if j == len(b) or (i < len(a) and i * len(b) <= j * len(a)):
+                out.append(a[i])
+                i += 1
+            else:
+                out.append(b[j])
+                j += 1
+        return out
 
     @staticmethod
     def _in_place(reads: tuple) -> list[tuple[int, list[Callable[[], None]], int]]:
