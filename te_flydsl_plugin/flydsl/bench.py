@@ -1,7 +1,7 @@
 """``te-flydsl-plugin bench``: the GEMM family's speed on a gfx950 GPU, shape by shape, config by config.
 
-Why it exists: the tile heuristic (``kernels/select.py``: 256 x 256 on 4 waves, 128 x 128 on 8 for
-small grids) was chosen by arithmetic, because no MI355X was reachable where the family was written.
+Why it exists: the tile heuristic (``kernels/select.py``: 256 x 256, or 128 x 128 for small grids, on 4
+waves) was chosen by arithmetic, because no MI355X was reachable where the family was written.
 On one, this measures what the choice should rest on. For every shape of a suite (TE's fprop,
 dgrad and wgrad GEMMs of LLM linear layers) it times every backed config of the problem's kind, the
 one ``select`` picks marked, and, for 16-bit problems, torch.matmul (hipBLASLt) on the same

@@ -18,8 +18,11 @@ def _family() -> tuple[KernelConfig, ...]:
 
     256 x 256 runs on 4 waves (2 x 2 waves of 128 x 128: 256 accumulators per lane, pinned in AGPRs,
     kernels/mfma.py) for bf16, fp16 and FP8, and on 8 waves (2 x 4, 128 accumulators per lane) for
-    fp32, whose MFMAs are LLVM's own (``KernelConfig.agpr_accumulators``). The 128 x 128 tiles are 8
-    waves (64 accumulators per lane, pinned).
+    fp32, whose MFMAs are LLVM's own (``KernelConfig.agpr_accumulators``). The 128 x 128 tiles run on 4
+    waves too (2 x 2 waves of 64 x 64: 64 accumulators per lane, pinned; two workgroups a CU by their 64
+    KiB of LDS, so two waves a SIMD): their K loops come within 1.066x (bf16) and 1.004x (FP8) of the
+    MFMA floor under llvm-mca, against 1.203x and 1.117x for one wave of the 8-wave tiles before, and the
+    timing model predicts them as fast or faster on every shape tried (docs/kernels.md).
     """
     F = Format
     out = [F.FP32, F.BF16, F.FP16]
@@ -34,7 +37,7 @@ def _family() -> tuple[KernelConfig, ...]:
             cfgs += [KernelConfig(a, b, True, True, o, tile_k=128, waves=4) for o in out]
     # 128 x 128 tiles for TN (fprop) problems whose 256 x 256 grid would leave CUs idle (select.py).
     small = [
-        dataclasses.replace(c, tile_m=128, tile_n=128, waves=8)
+        dataclasses.replace(c, tile_m=128, tile_n=128, waves=4)
         for c in cfgs
         if c.lhs_k_major and c.rhs_k_major and c.lhs_format is not F.FP32
     ]

@@ -44,7 +44,7 @@ def test_wait_state_check_sees_a_fence_go() -> None:
     before each epilogue column group among them), the epilogue's ``v_accvgpr_read``s follow the MFMAs
     that wrote them too soon (cut to one wait state each, the instructions between suffice here)."""
     kernel, insts = _instructions(
-        KernelConfig(Format.BF16, Format.BF16, True, True, Format.BF16, tile_m=128, tile_n=128, waves=8)
+        KernelConfig(Format.BF16, Format.BF16, True, True, Format.BF16, tile_m=128, tile_n=128, waves=4)
     )
     assert static_wait_states.check(insts, kernel) == []
     found = static_wait_states.check([i for i in insts if i.opcode != "s_nop"], kernel)
@@ -74,7 +74,7 @@ def test_wait_state_check_sees_a_valu_write_before_a_k_loop_mfma() -> None:
         (KernelConfig(Format.BF16, Format.BF16, True, False, Format.BF16), 256, 0),
         (KernelConfig(Format.FP8_E4M3, Format.FP8_E5M2, True, True, Format.FP16, tile_k=128), 256, 0),
         (KernelConfig(Format.MXFP8_E5M2, Format.MXFP8_E4M3, False, False, Format.BF16, tile_k=128), 256, 0),
-        (KernelConfig(Format.FP16, Format.FP16, True, True, Format.FP32, tile_m=128, tile_n=128, waves=8), 32, 0),
+        (KernelConfig(Format.FP16, Format.FP16, True, True, Format.FP32, tile_m=128, tile_n=128, waves=4), 64, 0),
         (KernelConfig(Format.FP32, Format.FP32, False, False, Format.BF16, tile_k=32, waves=8), 0, 128),
     ],
     ids=lambda x: x.name if isinstance(x, KernelConfig) else str(x),

@@ -125,7 +125,7 @@ _MX_NT = KernelConfig(Format.MXFP8_E4M3, Format.MXFP8_E4M3, False, False, Format
         (KernelConfig(Format.BF16, Format.BF16, True, True, Format.BF16, waves=4), 5, 0),
         (KernelConfig(Format.FP16, Format.FP16, False, False, Format.FP32, waves=4), 5, 0),
         (KernelConfig(Format.FP8_E4M3, Format.FP8_E4M3, True, True, Format.BF16, tile_k=128), 5, 0),
-        (KernelConfig(Format.BF16, Format.BF16, True, True, Format.BF16, tile_m=128, tile_n=128, waves=8), 5, 0),
+        (KernelConfig(Format.BF16, Format.BF16, True, True, Format.BF16, tile_m=128, tile_n=128, waves=4), 5, 0),
         # MXFP8 peels where the last tile shares its group of four with the tile before (gemm_kernel); where
         # it starts a group (5 tiles), and in NT always, the tile before refills past K.
         (_MX_NN, 8, 0),
@@ -166,11 +166,11 @@ def test_no_transfer_goes_past_k(cfg: KernelConfig, tiles: int, past_k: int) -> 
     [
         KernelConfig(Format.BF16, Format.BF16, True, True, Format.BF16, waves=4),
         KernelConfig(Format.FP16, Format.FP16, False, True, Format.FP32, waves=4),
-        KernelConfig(Format.BF16, Format.BF16, True, True, Format.BF16, tile_m=128, tile_n=128, waves=8),
+        KernelConfig(Format.BF16, Format.BF16, True, True, Format.BF16, tile_m=128, tile_n=128, waves=4),
         KernelConfig(Format.FP8_E4M3, Format.FP8_E5M2, True, True, Format.FP16, tile_k=128),
         KernelConfig(Format.FP8_E5M2, Format.FP8_E4M3, True, True, Format.FP32, tile_k=128),
         KernelConfig(
-            Format.FP8_E4M3, Format.FP8_E4M3, True, True, Format.BF16, tile_m=128, tile_n=128, tile_k=128, waves=8
+            Format.FP8_E4M3, Format.FP8_E4M3, True, True, Format.BF16, tile_m=128, tile_n=128, tile_k=128, waves=4
         ),
     ],
     ids=lambda c: c.name,

@@ -65,7 +65,7 @@ class KernelConfig:
     tile_m: int = 256
     tile_n: int = 256
     tile_k: int = 64
-    waves: int = 4  # 2 x 2 waves; 8 (2 x 4) for fp32 and the 128 x 128 tiles (family.FAMILY)
+    waves: int = 4  # 2 x 2 waves; 8 (2 x 4) for fp32 (family.FAMILY)
 
     @property
     def scaling(self) -> str:

@@ -10,7 +10,7 @@ Design (docs/kernels.md has the reasons at length):
 * 256x256 output tile per workgroup of 4 waves (2 x 2, each wave a 128 x 128 block of 16x16 MFMAs,
   256 fp32 accumulators per lane pinned in AGPRs by ``kernels/mfma.py``, which issues the MFMAs),
   or for fp32 8 waves (2 x 4, 128 x 64 per wave, LLVM's own MFMAs, accumulators in arch VGPRs); the
-  accumulators stay in place for the whole K loop. 128 x 128 tiles use 8 waves. The MFMAs compute
+  accumulators stay in place for the whole K loop. 128 x 128 tiles: 4 waves of 64 x 64. The MFMAs compute
   the tile transposed (A = rhs, B = lhs), so a lane's 4 accumulators of a block are 4 adjacent
   output columns, stored as one vector.
 * LDS ping-pong: two stages, each holding one ``[tile, tile_k]`` slice of both operands, filled by

@@ -20,7 +20,7 @@ default tiles) and its M, N, K. The answer is always a config of the family:
    32 (two thirds of the LDS read traffic per MFMA); with no second wave on the SIMD to hide LDS
    latency, the kernel issues each K chunk's fragment reads among the previous chunk's MFMAs.
    Nothing was measured on gfx950: ``te-flydsl-plugin bench`` on hardware decides. 128 x 128 tiles
-   stay on 8 waves.
+   run on 4 waves too (2 x 2 waves of 64 x 64; two workgroups a CU, so two waves a SIMD: family.py).
 
 Only configs in ``family.BACKED`` are chosen beyond the default, so the heuristic never picks a
 kernel that was not compiled, ISA-checked and run in the emulator.
@@ -61,5 +61,5 @@ def select(cfg: KernelConfig, m: int, n: int, k: int) -> KernelConfig:
         big = dataclasses.replace(big, waves=8)
     if _tiles(m, n, 256) >= SMALL_GRID:
         return big
-    small = dataclasses.replace(big, tile_m=128, tile_n=128, waves=8)
+    small = dataclasses.replace(big, tile_m=128, tile_n=128, waves=4)
     return small if small in BACKED else big
