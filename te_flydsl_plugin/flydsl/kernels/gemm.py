@@ -606,12 +606,13 @@ class _Mma:
     The MMA computes the tile transposed: its A operand is rhs (output columns), its B operand lhs
     (output rows), so each lane's 4 accumulators of one MFMA are 4 adjacent output columns.
 
-    The hand-over inside the loop (every pinned config: ``handover``), in tile t's last K chunk: as soon
-    as every wave is done reading tile t (with two K chunks, bf16 / fp16: the chunk's start, its fragments
-    were read during chunk 0; with one, FP8 and MXFP8: the start of B repetition ``b_reps - b_ahead``, B's
-    reads running ``b_ahead`` repetitions ahead) the release barrier and at once the DMA of tile t + 2 into tile t's
-    stage; then the publish (tile t + 1 has landed, tile t + 2 still in flight) and tile t + 1's first
-    fragments (:meth:`first_reads`), which then have the rest of the tile to land. The refill goes out
+    The hand-over inside the loop (every pinned config; LLVM's own MFMAs, fp32, sync at the loop's top
+    instead: ``gemm_kernel``), in tile t's last K chunk: as soon as every wave is done reading tile t
+    (with two K chunks, bf16 / fp16: the chunk's start, its fragments were read during chunk 0; with one,
+    FP8 and MXFP8: the start of B repetition ``b_reps - b_ahead``, B's reads running ``b_ahead``
+    repetitions ahead) the release barrier and at once the DMA of tile t + 2 into tile t's stage; then
+    the publish (tile t + 1 has landed, tile t + 2 still in flight) and tile t + 1's first fragments
+    (:meth:`first_reads`), which then have the rest of the tile to land. The refill goes out
     before the wait for the tile before it, so the memory stream never drains: waiting for tile t + 1 first
     left the port idle a whole memory latency every tile (docs/kernels.md, "Why PR 676's bf16 is predicted
     faster"). bgrad's row sums read the tile among its first MFMAs, before the release (:meth:`multiply`).
@@ -631,7 +632,6 @@ class _Mma:
         self.lds = lds
         self.tiled_mma = tiled_mma
         self.k_chunks = p.tile_k // p.mma_k
-        self.handover = p.pinned  # LLVM's own MFMAs (fp32) sync at the loop's top instead (gemm_kernel)
         self.tid, self.elem_a = tid, elem_a  # bgrad's row sums (rowsum.Tile)
         self.thr_mma = tiled_mma.thr_slice(tid)
         self.s2r_rhs = _s2r_atom(p, elem_b, p.rhs_k_major)
@@ -702,9 +702,9 @@ class _Mma:
         reads: tuple[list[Callable[[], None]], list[Callable[[], None]]] | tuple = (),
         sums: fx.Vector | None = None,
     ) -> fx.Vector | None:
-        """One K tile from LDS stage ``stage``. Without ``handover`` (fp32), ``fills`` (the DMA issuers of
-        the next tile) go out first, before the tile's fragment reads; with it, they are tile t + 2's, issued
-        with the hand-over of ``next_stage`` (None for the last tile), and the tile's first fragments are already
+        """One K tile from LDS stage ``stage``. Unpinned (fp32), ``fills`` (the DMA issuers of the next
+        tile) go out first, before the tile's fragment reads; pinned, they are tile t + 2's, issued with the
+        hand-over of ``next_stage`` (None for the last tile), and the tile's first fragments are already
         read (by the tile before's hand-over, or the prologue). MXFP8 passes its (rhs, lhs) scale ``words``
         and the ``byte`` of them that scales this tile. ``epilogue`` (the last tile: the groups' issuers,
         ``epilogue.store_groups``) stores each group as its MFMAs finish: group g's head with the first
@@ -1065,7 +1065,7 @@ def gemm_kernel(
         # Without the hand-over (fp32) every tile but the last is looped.
         paired = 0
         looped = k_tiles - 1
-        if const_expr(mma.handover):
+        if const_expr(p.pinned):
             looped = k_tiles - 2
             paired = (k_tiles < 2).select(0, looped & -2)
             for g in range(0, paired, 2):
@@ -1073,7 +1073,7 @@ def gemm_kernel(
                 sums = multiply(0, None, fill_stage(0, g + 2), 1, sums=sums)
                 sums = multiply(1, None, fill_stage(1, g + 3), 0, sums=sums)
         for t in range(paired, looped, 1):
-            if const_expr(mma.handover):
+            if const_expr(p.pinned):
                 # Tile t + 2 goes into tile t's stage.
                 sums = multiply(t % 2, None, fill_stage(t % 2, t + 2), (t + 1) % 2, sums=sums)
             else:
@@ -1084,7 +1084,7 @@ def gemm_kernel(
         if const_expr(not p.pinned):
             sync()
         words = None
-    if const_expr(mma.handover and not p.mx):
+    if const_expr(p.pinned and not p.mx):
         # The peel: tile k_tiles - 2, which hands over to the last tile and refills nothing, so no DMA goes
         # past K (its zeros cost a whole tile's transfers, 64 KiB a workgroup). With K <= 1 tile (none
         # to peel) it multiplies stage 0, tile 0 or K = 0's all-out-of-bounds zeros, and the last tile
@@ -1104,7 +1104,7 @@ def gemm_kernel(
     # bgrad's row sums run among the last tile's MFMAs as among every tile's, and are stored after them.
     scale = _output_scale(alpha, scale_invs)
     tile = (p, mma.acc, mma.thr_mma, o_buf, extras, row0, col0, bm, m, n, ld_out, scale, beta)
-    overlap = mma.handover and (mma.k_chunks > 1 or not p.epi_colsum)
+    overlap = p.pinned and (mma.k_chunks > 1 or not p.epi_colsum)
     if const_expr(not overlap):
         multiply(last_stage, words)
         if const_expr(p.epi_rowsum) and bn == 0:
