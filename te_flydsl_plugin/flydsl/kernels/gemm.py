@@ -795,11 +795,13 @@ class _Mma:
         # the rest of the tile. Each chunk's own issuers (the next chunk's fragment reads; the hand-over) and
         # the sums' go out as one list, spread one a gap: spread on their own, two lists put two issuers in
         # some gaps and none in others (bf16 1.09 -> x the floor). The adds are split so both chunks hold
-        # about as many.
+        # about as many. A hand-over that starts late in the chunk (the peel's: ``at``) keeps its place,
+        # and the sums spread over the whole chunk beside it.
         sums_at: list[list[Callable[[], None]]] = [[] for _ in range(k_chunks)]
+        merged = hand_over if at == 0 else []  # the hand-over the last chunk's sums go out with
         if const_expr(tile_sums is not None):
             reads_0, adds = tile_sums.reads, tile_sums.adds
-            first = (len(hand_over) + len(adds) - a_reps - b_reps - len(reads_0)) // 2
+            first = (len(merged) + len(adds) - a_reps - b_reps - len(reads_0)) // 2
             first = min(max(first, 0), len(adds))
             sums_at = [reads_0 + adds[:first], adds[first:]]
         for kc in range_constexpr(k_chunks):
@@ -816,7 +818,10 @@ class _Mma:
                 # With one K chunk the tile's own B reads run to the start of repetition b_reps - 1 -
                 # b_ahead: the hand-over, which lets the next DMA overwrite this stage, starts one after.
                 # MXFP8's word DMAs: one a gap from the tile's first MFMA, all before the early release.
-                hand_over = self._interleave(hand_over, sums_at[kc])
+                if const_expr(bool(merged)):
+                    hand_over = self._interleave(hand_over, sums_at[kc])
+                else:
+                    upcoming.append((0, sums_at[kc]))
                 upcoming += [(0, dmas, len(dmas) + 1), (a_reps, early, at), (at, hand_over), *self._in_place(reads)]
             mfma.gemm(
                 self.acc,
