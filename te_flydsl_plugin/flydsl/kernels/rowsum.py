@@ -71,6 +71,25 @@ _ADD = {
 }
 
 
+def _reads(p, lds_stage, layout, elem, tid) -> tuple[list[fx.Tensor], list[Callable[[], None]]]:
+    """This thread's chunks of one K tile in LDS (register tensors of ``vec`` elements) and the issuers of
+    their 16-byte reads (``lds_stage``: lhs's stage pointer)."""
+    vec, chunks, groups = shape(p)
+    tensors, issuers = [], []
+    for i in range_constexpr(p.tile_k // groups):
+        chunk = fx.make_rmem_tensor(fx.make_layout(vec, 1), elem)
+        where = ((tid % chunks) * vec, tid // chunks + i * groups)  # (row, K column) of the chunk
+        tensors.append(chunk)
+        issuers.append(functools.partial(_read, lds_stage, layout, elem, vec, where, chunk))
+    return tensors, issuers
+
+
+def _read(lds_stage, layout, elem, vec: int, where: tuple, chunk: fx.Tensor) -> None:
+    idx = fx.get_scalar(fx.crd2idx(where, layout))
+    atom = fx.make_copy_atom(fx.UniversalCopy(128), elem)
+    fx.copy_atom_call(atom, fx.make_view(lds_stage + idx, fx.make_layout(vec, 1)), chunk)
+
+
 class Tile:
     """One K tile's share of a thread's sums as issuers a schedule can spread among the tile's MFMAs
     (``gemm._Mma.multiply``, 16-bit elements): :attr:`reads`, the tile's LDS reads, then :attr:`adds`,
@@ -79,24 +98,11 @@ class Tile:
     for where its adds use it (LLVM's ``s_waitcnt``), so the adds must only come after their reads."""
 
     def __init__(self, p, sums: fx.Vector, lds_stage, layout, elem, tid) -> None:
-        vec, chunks, groups = shape(p)
+        vec = shape(p)[0]
         self._elem = elem
         self._sums = [fx.as_ir_value(sums[e]) for e in range(vec)]
-        self.chunks: list[fx.Tensor] = []
-        self.reads: list[Callable[[], None]] = []
-        self.adds: list[Callable[[], None]] = []
-        for i in range_constexpr(p.tile_k // groups):
-            chunk = fx.make_rmem_tensor(fx.make_layout(vec, 1), elem)
-            where = ((tid % chunks) * vec, tid // chunks + i * groups)  # (row, K column) of the chunk
-            self.chunks.append(chunk)
-            self.reads.append(functools.partial(self._read, lds_stage, layout, elem, vec, where, chunk))
-            self.adds += [functools.partial(self._add, chunk, e) for e in range(vec)]
-
-    @staticmethod
-    def _read(lds_stage, layout, elem, vec: int, where: tuple, chunk: fx.Tensor) -> None:
-        idx = fx.get_scalar(fx.crd2idx(where, layout))
-        atom = fx.make_copy_atom(fx.UniversalCopy(128), elem)
-        fx.copy_atom_call(atom, fx.make_view(lds_stage + idx, fx.make_layout(vec, 1)), chunk)
+        chunks, self.reads = _reads(p, lds_stage, layout, elem, tid)
+        self.adds = [functools.partial(self._add, chunk, e) for chunk in chunks for e in range(vec)]
 
     def _add(self, chunk: fx.Tensor, e: int) -> None:
         text, constraints = _ADD[self._elem.__name__][e % 2]
@@ -120,10 +126,10 @@ class Tile:
 def add(p, sums: fx.Vector, lds_stage, layout, elem, tid) -> fx.Vector:
     """``sums`` plus this thread's share of one K tile in LDS (``lds_stage``: lhs's stage pointer), all
     at once, in plain arithmetic for LLVM to schedule (fp32's, after each tile's MFMAs)."""
-    tile = Tile(p, sums, lds_stage, layout, elem, tid)
-    for issue in tile.reads:
+    chunks, reads = _reads(p, lds_stage, layout, elem, tid)
+    for issue in reads:
         issue()
-    for chunk in tile.chunks:
+    for chunk in chunks:
         sums = sums + chunk.load().to(fx.Float32)
     return sums
 
