@@ -23,6 +23,8 @@ from ...spec import Format
 # operand's contiguous dim, leading stride and start must be whole 16-byte vectors (matrix.OPERAND_ALIGN).
 DMA_BYTES = 16
 OPERAND_ALIGN = DMA_BYTES
+# Bytes a buffer instruction's immediate offset reaches: 12 bits (AMD CDNA3 ISA, MUBUF: offset[11:0]).
+IMM_OFFSET_LIMIT = 4096
 # Output columns per accumulator block, stored as one vector (gemm.store_tile): N, a given D's leading
 # stride and start must be multiples of it (the matrix declines the rest).
 OUT_VEC = 4

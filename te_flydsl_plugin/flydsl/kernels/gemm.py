@@ -42,16 +42,21 @@ from typing import NamedTuple
 
 import flydsl.compiler as flyc
 import flydsl.expr as fx
+from flydsl._mlir import ir
+from flydsl._mlir.dialects import llvm
 from flydsl.expr import const_expr, range_constexpr, rocdl
 
 from ...spec import Format
 from . import epilogue, mfma, mx, rowsum
 from .args import TENSORS, KernelArgs, LaunchShape, check_signature
-from .config import DMA_BYTES, MAX_LAUNCH_BYTES, OOB_BYTES, OUT_VEC, KernelConfig, vector_elems
+from .config import DMA_BYTES, IMM_OFFSET_LIMIT, MAX_LAUNCH_BYTES, OOB_BYTES, OUT_VEC, KernelConfig, vector_elems
 
 WAVE_SIZE = 64
 NUM_XCDS = 8
 GROUP_M = 8
+# A wave's DMAs that share one M0: each moves 1 KiB (64 lanes x 16 bytes, contiguous in LDS) and the
+# next of a run is reached by the 12-bit immediate offset (config.IMM_OFFSET_LIMIT).
+M0_SHARE = IMM_OFFSET_LIMIT // (WAVE_SIZE * DMA_BYTES)
 
 # Format -> (FlyDSL element type name, MFMA shape K). The MFMA per format is the widest gfx950 has.
 _ELEM = {
@@ -168,8 +173,11 @@ def geometry(cfg: KernelConfig) -> Geometry:
         if vectors % threads:
             raise ValueError(f"{cfg.name}: a {rows}x{cfg.tile_k} tile is not a whole number of DMA rounds")
         loads.append(vectors // threads)
-    if threads * vec % (cfg.tile_k * _K_MAJOR_SWIZZLE_ROWS):
-        raise ValueError(f"{cfg.name}: a round of DMA loads must cover whole swizzle periods of K-major rows")
+    step = WAVE_SIZE * vec  # elements of one wave's DMA
+    if step % cfg.tile_k or any(n * step % (cfg.tile_k * _K_MAJOR_SWIZZLE_ROWS) for n in loads):
+        raise ValueError(f"{cfg.name}: a wave's DMAs must cover whole K-major rows and whole swizzle periods")
+    if any(n % min(n, M0_SHARE) for n in loads):
+        raise ValueError(f"{cfg.name}: a wave's DMAs must make whole runs of {M0_SHARE} sharing one M0")
     lds = 2 * (cfg.tile_m + cfg.tile_n) * cfg.tile_k * itemsize
     if cfg.scaling == "mx":
         m_reps, n_reps = cfg.tile_m // (m_waves * 16), cfg.tile_n // (n_waves * 16)
@@ -416,13 +424,22 @@ class _Fill:
         self.vec = DMA_BYTES // p.elem_bytes
         self.oob = -(OOB_BYTES // p.elem_bytes)  # wraps to byte offset 2**31 once scaled (config.OOB_BYTES)
         self.dma = fx.make_copy_atom(fx.rocdl.cdna4.BufferLoadAsyncLDS128b(), 128)
-        # The wave's LDS destination is uniform: lane l lands at base + 16 * l.
         tid = wg.tid
-        self.wave_base = rocdl.readfirstlane(fx.Int32.ir_type, fx.Int32(tid // WAVE_SIZE * WAVE_SIZE * self.vec))
         loads_a = p.tile_m * p.tile_k // self.vec // p.threads
         loads_b = p.tile_n * p.tile_k // self.vec // p.threads
         self.a = self._plan(lhs, lds.a_layout, p.tile_m, m, wg.row0, ld_lhs, p.lhs_k_major, loads_a, tid)
         self.b = self._plan(rhs, lds.b_layout, p.tile_n, n, wg.col0, ld_rhs, p.rhs_k_major, loads_b, tid)
+
+    def _share(self, k_major: bool, loads: int) -> int:
+        """How many of a wave's transfers of one operand share an M0 (:meth:`_issue`): runs of ``M0_SHARE``
+        where pinned, but for a K-outer operand beside another (NT). fp32's own MFMAs (unpinned) moved 22 of
+        NT's accumulators between registers with shared M0s. A K-outer operand's tile buffer is about 9
+        scalar instructions a tile (:meth:`_k_outer_tile`), which LLVM places among chunk 0's fragment
+        reads; NT's two of them there, once the M0 writes were gone, held the XDL pipe back (llvm-mca:
+        bf16 1.017 -> 1.030x the floor, MXFP8 1.029 -> 1.034x); NN's one costs nothing."""
+        p = self.p
+        both_outer = not (p.lhs_k_major or p.rhs_k_major)
+        return min(loads, M0_SHARE) if p.pinned and (k_major or not both_outer) else 1
 
     def _plan(
         self,
@@ -438,128 +455,197 @@ class _Fill:
     ) -> tuple:
         """What one operand's DMA fill needs beyond the K tile, computed once, before the K loop.
 
-        Load ``i`` of this lane lands on LDS element ``pos`` (the wave's 1 KiB at a uniform base:
-        ``wave_base + i * threads * vec``) and holds logical ``(row r, K column c)`` of the tile. LDS K
-        column ``c`` of a tile holds global K ``k0 + c``, except for MXFP8, where it holds the K that the
-        block-scaled MFMA expects in that register (``mx.k_of_lds_column``): the fragment reads stay 32
-        consecutive bytes and the permutation costs nothing in the K loop (``c`` does not depend on the
-        tile). Everything but the K tile's own term is tile-invariant: the element offset of ``(r, c)``
-        at ``k0 = 0`` (a row past the operand's rows already the out-of-bounds offset) stays in a VGPR.
-        K-major, the tile's ``k0`` goes into the load's scalar offset (``soffset``) and per tile only the
-        K tail is masked, ``c < k - k0``, one compare for all of a lane's loads. K-outer, the tile's
-        buffer starts at its first K row and ends with the operand (:meth:`_k_outer_tile`): the
-        hardware's range check masks the K tail, and the VGPR offsets go out as they are.
+        A wave's loads fill LDS contiguously: its ``loads`` DMAs of 1 KiB (64 lanes x 16 bytes) from
+        ``wave_base`` on, so that runs of ``share`` of them can share one M0 and step by the immediate
+        offset (:meth:`_issue`). Load ``i`` of this lane lands on LDS element ``pos`` and holds logical
+        ``(row r, K column c)`` of the tile. LDS K column ``c`` of a tile holds global K ``k0 + c``,
+        except for MXFP8, where it holds the K that the block-scaled MFMA expects in that register
+        (``mx.k_of_lds_column``): the fragment reads stay 32 consecutive bytes and the permutation
+        costs nothing in the K loop (``c`` does not depend on the tile). Everything but the K tile's
+        own term is tile-invariant: the element offset of ``(r, c)`` at ``k0 = 0`` (a row past the
+        operand's rows already the out-of-bounds offset) stays in a VGPR. K-major, the tile's ``k0``
+        goes into the load's scalar offset (``soffset``) and per tile only the K tail is masked,
+        ``c < k - k0``: a DMA covers 8 rows, half a swizzle period, so a lane's loads hold one of two
+        K columns and share two compares a tile. K-outer, the tile's buffer starts at its first K
+        row and ends with the operand (:meth:`_k_outer_tile`): the hardware's range check masks the
+        K tail, and the VGPR offsets go out as they are.
         """
         p, vec, tile_k = self.p, self.vec, self.p.tile_k
-        plan = []
-        # K-major: a round of loads covers whole swizzle periods of rows, so every load of a lane holds
-        # the same K column (checked in ``geometry``) and the loads share one K-tail compare per tile.
+        share = self._share(k_major, loads)
+        step = WAVE_SIZE * vec  # elements a wave's DMA moves
+        bias = (share - 1) * step  # the buffer starts this far before the operand (:meth:`_issue`)
+        wave, lane = tid // WAVE_SIZE, tid % WAVE_SIZE
+        wave_base = rocdl.readfirstlane(fx.Int32.ir_type, fx.Int32(wave * (loads * step)))
+        # K-major: a wave's loads cover whole swizzle periods of rows (checked in ``geometry``), so load
+        # ``i``'s row within the period, and with it the lane's K column, depends on ``i`` alone.
         period = _K_MAJOR_SWIZZLE_ROWS
-        c_lane = fx.get_scalar(fx.crd2idx(((tid * vec // tile_k) % period, tid * vec % tile_k), layout)) % tile_k
+        columns: dict[int, fx.Int32] = {}
+        plan = []
         for i in range_constexpr(loads):
-            pos = (i * p.threads + tid) * vec  # LDS element this lane's 16 bytes land on
+            pos = ((wave * loads + i) * WAVE_SIZE + lane) * vec  # LDS element this lane's 16 bytes land on
             if const_expr(k_major):
                 # The swizzle permutes chunks within a row and is its own inverse: the logical K
                 # column stored at ``pos`` is where ``(r, pos % tile_k)`` maps to.
                 r = pos // tile_k
-                c = c_lane
+                at = i * step // tile_k % period
+                if at not in columns:
+                    lane_row = (lane * vec // tile_k + at) % period
+                    columns[at] = fx.get_scalar(fx.crd2idx((lane_row, lane * vec % tile_k), layout)) % tile_k
+                c = columns[at]
             else:
                 c = _kouter_k_of_lds_row(pos // rows_tile, p.elem_bytes)
                 r = fx.get_scalar(fx.crd2idx((pos % rows_tile, c), layout)) % rows_tile
             g_row = first_row + r
             g_k = mx.k_of_lds_column(c) if const_expr(p.mx) else c
             offset = g_row * ld + g_k if const_expr(k_major) else g_k * ld + g_row
+            offset = offset + (bias - i % share * step)
             plan.append(((g_row < rows).select(offset, self.oob), g_row, g_k))
-        src = operand if const_expr(p.pinned and not k_major) else fx.rocdl.make_buffer_tensor(operand, max_size=False)
-        return src, plan, rows, ld, k_major
+        based = fx.make_view(fx.get_iter(operand) + fx.Int32(-bias), fx.get_layout(operand))
+        if const_expr(p.pinned and not k_major and bias > 0):
+            # A buffer a tile (_k_outer_tile), from the biased start through an empty asm statement: LLVM
+            # otherwise added the tile's offset first and took the bias back off every tile (two scalar
+            # instructions a tile among the MFMAs).
+            start = fx.get_iter(based)
+            address = mfma.fence([fx.as_ir_value(fx.ptrtoint(start))], "s", 0)[0]
+            based = fx.make_view(fx.inttoptr(start.type, address), fx.get_layout(operand))
+        if const_expr(p.pinned and not k_major):
+            return based, plan, rows, ld, k_major, wave_base, share, bias
+        span = fx.get_scalar(fx.cosize(fx.get_layout(operand)))
+        records = fx.Int64(span) * p.elem_bytes + bias * p.elem_bytes
+        src = fx.rocdl.make_buffer_tensor(based, num_records_bytes=records)
+        return src, plan, rows, ld, k_major, wave_base, share, bias
 
-    def _k_outer_tile(self, operand: fx.Tensor, ld: fx.Int32, k_tile: fx.Int32 | int) -> fx.Tensor:
+    def _k_outer_tile(self, operand: fx.Tensor, ld: fx.Int32, k_tile: fx.Int32 | int, bias: int) -> fx.Tensor:
         """A K-outer operand's buffer for K tile ``k_tile``: based at the tile's first K row and holding the
         rest of the operand (nothing from K on), so that the buffer's range check masks the K tail.
 
-        The view ``[K, rows]`` with leading stride ``ld`` spans ``(K - 1) * ld + rows`` elements. Load
-        ``(row r, K column c)`` of the tile sits at ``c * ld + r`` past the base; ``rows`` and ``r`` are
-        multiples of the 16-byte vector and ``rows <= ld``, so its 16 bytes end within the rest,
-        ``(K - k0 - 1) * ld + rows``, exactly when ``c < K - k0``; a row past ``rows`` already has the
-        out-of-bounds offset (:meth:`_plan`). The base moves, not the scalar offset: the range check
-        is of the VGPR offset (LLVM's AMDGPUUsage, "Relaxed Buffer OOB Mode"). Past K the buffer is
-        empty, based at the operand's start, so every load returns zeros and the base stays in range.
-        A handful of scalar instructions a tile replace each load's K-tail compare and select.
+        ``operand`` starts ``bias`` elements before the operand (:meth:`_plan`; the VGPR offsets are that
+        much larger), and the buffer holds them too. The view ``[K, rows]`` with leading stride ``ld``
+        spans ``(K - 1) * ld + rows`` elements. Load ``(row r, K column c)`` of the tile sits at ``c * ld
+        + r`` past the tile's first K row; ``rows`` and ``r`` are multiples of the 16-byte vector and
+        ``rows <= ld``, so its 16 bytes end within the rest, ``(K - k0 - 1) * ld + rows``, exactly when
+        ``c < K - k0``; a row past ``rows`` already has the out-of-bounds offset (:meth:`_plan`). The
+        base moves, not the scalar offset: the range check is of the VGPR offset (LLVM's AMDGPUUsage,
+        "Relaxed Buffer OOB Mode"). Past K the buffer is empty, based at the operand's start, so every
+        load returns zeros and the base stays in range. A handful of scalar instructions a tile replace
+        each load's K-tail compare and select.
         """
         p = self.p
         inside = k_tile < self.k_tiles
         skip = k_tile * (ld * p.tile_k)  # elements; inside the view where the tile is (past K: unused)
         span = fx.get_scalar(fx.cosize(fx.get_layout(operand)))
         first = inside.select(skip, 0)
-        left = inside.select((span - skip) * p.elem_bytes, 0)  # < 2**31: the launch's span
+        # At most 2**31 - 1 bytes and the bias: as an int32 it may wrap, and the descriptor's 32-bit
+        # field takes the bits as they are.
+        left = inside.select((span - skip + bias) * p.elem_bytes, 0)
         tile = fx.make_view(fx.get_iter(operand) + fx.Uint64(fx.Uint32(first)), fx.get_layout(operand))
-        return fx.rocdl.make_buffer_tensor(tile, num_records_bytes=left)
+        return fx.rocdl.make_buffer_tensor(tile, num_records_bytes=fx.Uint32(left))
 
-    def _here(self, k_tile: fx.Int32 | int) -> tuple[fx.Int32 | int, fx.Int32]:
+    def _here(self, k_tile: fx.Int32 | int, wave_base: fx.Int32) -> tuple[fx.Int32 | int, fx.Int32]:
         """``k_tile`` and the wave's LDS base, for the work done where the hand-over issues the tile: in
         MXFP8's loop of four tiles both pass through one empty asm statement, which stays in order among
         the MFMAs' asm, so LLVM cannot compute that work ahead and hold it in registers. Otherwise it made
         all four tiles' K-outer buffers at the loop's top (NT's scalar registers spilled), moved a K-major
         tile's K-tail selects into the MFMAs before the hand-over (with rhs's refill early, MXFP8 NN's fused
-        epilogues spilled VGPRs), and held every transfer's M0 value in a scalar register of its own (32
-        a wave: NN's fused dgelu_bgrad spilled 2 SGPRs); now each is one ``s_add`` where its DMA goes."""
+        epilogues spilled VGPRs), and held every M0 value in a scalar register of its own (NN's fused
+        dgelu_bgrad spilled 2 SGPRs); now each is one ``s_add`` where its DMAs go."""
         if const_expr(self._in_loop(k_tile)):
-            values = [fx.as_ir_value(fx.Int32(k_tile)), fx.as_ir_value(fx.Int32(self.wave_base))]
+            values = [fx.as_ir_value(fx.Int32(k_tile)), fx.as_ir_value(fx.Int32(wave_base))]
             k_tile, wave_base = (fx.Int32(v) for v in mfma.fence(values, "s", 0))
-            return k_tile, wave_base
-        return k_tile, self.wave_base
+        return k_tile, wave_base
 
     def _in_loop(self, k_tile: fx.Int32 | int) -> bool:
         """Whether ``k_tile``'s transfers go through :meth:`_here`: MXFP8's, in its runtime K loop."""
         return self.p.mx and not isinstance(k_tile, int)
 
     def _issuers(self, lds_stage: fx.Pointer, plan: tuple, k_tile: fx.Int32 | int) -> Transfers:
-        """Issuers of one operand's DMA transfers of K tile ``k_tile`` into ``lds_stage`` (:meth:`_plan`)."""
-        src, loads, rows, ld, k_major = plan
+        """Issuers of one operand's DMA transfers of K tile ``k_tile`` into ``lds_stage`` (:meth:`_plan`).
+
+        A pinned K-major transfer's K-tail select (:func:`_k_tail_select`) goes out with an earlier
+        transfer, ahead of it: LLVM takes an asm statement's result for one whose reader needs a wait
+        state and counts no asm (the MFMAs) as one, so it put an ``s_nop`` between each select and its
+        transfer (18 a bf16 TN iteration); the transfer between is one. A run's first transfer has its
+        M0 write and LLVM's own select (:meth:`_offset`), and the next select goes out a transfer
+        earlier: each gap between two MFMAs holds a transfer and one asm select or a run's M0 and
+        select (the tile's first both)."""
+        src, loads, rows, ld, k_major, wave_base, share, bias = plan
+        p = self.p
         made: list[tuple] = []
-        k_outer = self.p.pinned and not k_major
+        k_outer = p.pinned and not k_major
+        ahead = p.pinned and k_major
+        offsets: dict[int, fx.Int32] = {}
 
         def prepare() -> None:
             """Make the tile's source buffer (K-outer: :meth:`_k_outer_tile`), first K and the wave's LDS base
             (:meth:`_here`), once."""
             if not made:
-                here, wave_base = self._here(k_tile)
-                buffer = self._k_outer_tile(src, ld, here) if const_expr(k_outer) else src
-                made.append((buffer, here * self.p.tile_k, wave_base))
+                here, base = self._here(k_tile, wave_base)
+                buffer = self._k_outer_tile(src, ld, here, bias) if const_expr(k_outer) else src
+                made.append((buffer, here * p.tile_k, base))
 
         def tile() -> tuple:
             """The tile's (source buffer, first K, wave's LDS base), made by its first transfer unless prepared."""
             prepare()
             return made[0]
 
-        shared = k_outer or self._in_loop(k_tile)
-        issuers = [
-            functools.partial(self._issue, lds_stage, tile, rows, ld, k_major, i, *load) for i, load in enumerate(loads)
-        ]
-        return Transfers(issuers, [prepare] if shared else [])
+        def issue(i: int) -> None:
+            buffer, k0, base = tile()
+            if const_expr(i in offsets):
+                offset = offsets.pop(i)
+            else:
+                offset = self._offset(k0, rows, ld, k_major, i % share == 0, *loads[i])
+            later = i + 1 if (i + 1) % share else i + 2  # the next transfer whose select goes ahead
+            if const_expr(ahead and later < len(loads) and later not in offsets):
+                offsets[later] = self._offset(k0, rows, ld, k_major, False, *loads[later])
+            self._issue(lds_stage, buffer, k0, base, k_major, i, share, offset)
 
-    def _issue(self, lds_stage, tile, rows, ld, k_major: bool, i: int, base, g_row, g_k) -> None:
-        """One lane's transfer ``i`` of a K tile (``base``, ``g_row``, ``g_k``: its entry of :meth:`_plan`),
-        from the buffer and first K that ``tile()`` gives."""
-        p, k = self.p, self.k
-        src, k0, wave_base = tile()
+        shared = k_outer or self._in_loop(k_tile)
+        return Transfers([functools.partial(issue, i) for i in range(len(loads))], [prepare] if shared else [])
+
+    def _offset(self, k0, rows, ld, k_major: bool, first: bool, base, g_row, g_k) -> fx.Int32:
+        """The lane's offset of a transfer of the K tile at ``k0`` (``base``, ``g_row``, ``g_k``: its entry
+        of :meth:`_plan`; ``first``: the first of its run), in the units of :meth:`_issue`'s source:
+        bytes where pinned and K-major, else elements."""
+        p = self.p
         if const_expr(p.pinned and not k_major):
-            offset, atom = base, self.dma  # the tile's buffer holds its offset and K tail (_k_outer_tile)
-        elif const_expr(p.pinned):
-            # Only the K tail is per tile; the tile's offset goes into the scalar offset, in elements
-            # like the VGPR one (FlyDSL scales both).
-            offset = (g_k < k - k0).select(base, self.oob)
-            atom = fx.atom_set_value(self.dma, "soffset", k0)
-        else:
-            # LLVM's own MFMAs (fp32) keep their accumulators in place only with the whole offset in
-            # the VGPR, computed per tile (the scalar form moved 22 of fp32 NT's between registers).
-            g_k = k0 + g_k
-            offset = g_row * ld + g_k if const_expr(k_major) else g_k * ld + g_row
-            offset = ((g_row < rows) & (g_k < k)).select(offset, self.oob)
-            atom = self.dma
-        src_v = fx.make_view(fx.get_iter(src) + offset, fx.make_layout(1, 1))
-        dst_v = fx.make_view(lds_stage + (wave_base + i * p.threads * self.vec), fx.make_layout(1, 1))
-        fx.copy_atom_call(atom, src_v, dst_v)
+            return base  # the tile's buffer holds its offset and K tail (_k_outer_tile)
+        if const_expr(p.pinned):
+            # Only the K tail is per tile (the tile's offset is the scalar one): in bytes, for FlyDSL scales
+            # an element offset, which would come after the select's asm. A run's first select is LLVM's:
+            # it fills the wait state between the run's M0 write and its transfer (checkReadM0Hazards).
+            inside = g_k < self.k - k0
+            if const_expr(first):
+                return inside.select(base * p.elem_bytes, self.oob * p.elem_bytes)
+            return _k_tail_select(inside, base * p.elem_bytes, self.oob * p.elem_bytes)
+        # LLVM's own MFMAs (fp32) keep their accumulators in place only with the whole offset in the VGPR,
+        # computed per tile (the scalar form moved 22 of fp32 NT's between registers).
+        g_k = k0 + g_k
+        offset = g_row * ld + g_k if const_expr(k_major) else g_k * ld + g_row
+        return ((g_row < rows) & (g_k < self.k)).select(offset, self.oob)
+
+    def _issue(self, lds_stage, src, k0, wave_base, k_major: bool, i: int, share: int, offset: fx.Int32) -> None:
+        """One lane's transfer ``i`` of the K tile at ``k0``, from buffer ``src`` at ``offset``
+        (:meth:`_offset`).
+
+        Transfer ``i`` is ``i % share`` KiB past the first of its run of ``share`` (:meth:`_plan`), which
+        gives the M0 of them all; the immediate offset moves the LDS address and the global one alike
+        (LLVM's AMDGPU DMA docs: the offset is "applied to both global and LDS address"; the emulator,
+        ops_mem.py), so the lane's offset takes it back off the global one. That can reach below the
+        operand's start (small K), so the buffer begins the run's reach before it (``bias``, :meth:`_plan`)
+        and every offset is that much larger: the VGPR offset stays non-negative and its range check
+        (VGPR offset plus immediate) sees the same address as before. One M0 a run instead of one a DMA."""
+        p = self.p
+        step = WAVE_SIZE * self.vec
+        past = i % share
+        src, dst = fx.get_iter(src), lds_stage + (wave_base + (i - past) * step)
+        atom = self.dma
+        if const_expr(p.pinned and k_major):
+            # The tile's offset in the scalar offset; bytes, like the VGPR one (FlyDSL scales neither of u8).
+            src, dst = fx.recast_iter(fx.Uint8, src), fx.recast_iter(fx.Uint8, dst)
+            atom = fx.atom_set_value(atom, "soffset", k0 * p.elem_bytes)
+        atom = fx.atom_set_value(atom, "imm_offset", past * DMA_BYTES * WAVE_SIZE)  # bytes
+        one = fx.make_layout(1, 1)
+        fx.copy_atom_call(atom, fx.make_view(src + offset, one), fx.make_view(dst, one))
 
     def stage(self, stage: fx.Int32 | int, k_tile: fx.Int32 | int) -> Transfers:
         """Issuers of both operands' DMA transfers of K tile ``k_tile`` into LDS stage ``stage``."""
@@ -571,6 +657,18 @@ class _Fill:
         """Issue K tile ``k_tile``'s transfers into LDS stage ``stage`` now."""
         for issue in self.stage(stage, k_tile):
             issue()
+
+
+def _k_tail_select(inside: fx.Boolean, offset: fx.Int32, oob: int) -> fx.Int32:
+    """``inside ? offset : oob``, one ``v_cndmask_b32`` in an asm statement of its own where the transfer
+    goes out. A select LLVM schedules by itself went out four at a time, one gap between two MFMAs
+    holding a run's four (:meth:`_Fill._issue`) and its M0 (llvm-mca: TN 1.008x -> 1.033x the XDL
+    floor); the asm stays in order among the MFMAs' asm, so each goes with its transfer. The lane mask
+    (the compare, shared by a tile's transfers of one K column) is the ballot LLVM folds into ``v_cmp``."""
+    i32 = fx.Int32.ir_type
+    mask = rocdl.ballot(ir.IntegerType.get_signless(WAVE_SIZE), inside)
+    values = [fx.as_ir_value(fx.Int32(oob)), fx.as_ir_value(fx.Int32(offset)), mask]
+    return fx.Int32(llvm.inline_asm(i32, values, "v_cndmask_b32 $0, $1, $2, $3", "=v,v,v,s", has_side_effects=True))
 
 
 def _sync() -> None:

@@ -35,6 +35,7 @@ from flydsl.expr import range_constexpr, rocdl
 
 from .. import mx_layout
 from . import mfma
+from .config import IMM_OFFSET_LIMIT
 
 if TYPE_CHECKING:
     import torch
@@ -43,8 +44,8 @@ STEPS_PER_WORD = mx_layout.STEPS_PER_WORD  # K tiles per scale word (tile_k == 1
 WORDS_PER_GROUP = 64  # dwords per (16-row tile, word group): one per lane
 TILE_K = mx_layout.MFMA_K  # one K-step per K tile: one scale byte per tile
 # A wave's word DMAs of one operand share one M0 and step through LDS by the instruction's 12-bit
-# immediate offset (AMD CDNA3 ISA, MUBUF: offset[11:0]), 256 bytes a 16-row tile: at most 16 tiles.
-MAX_SHARE = 4096 // (WORDS_PER_GROUP * 4)
+# immediate offset (config.IMM_OFFSET_LIMIT), 256 bytes a 16-row tile: at most 16 tiles.
+MAX_SHARE = IMM_OFFSET_LIMIT // (WORDS_PER_GROUP * 4)
 
 
 def k_of_lds_column(c: fx.Int32) -> fx.Int32:
