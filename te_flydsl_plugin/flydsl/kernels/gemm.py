@@ -896,6 +896,14 @@ class _Mma:
         # about as many. A hand-over that starts late in the chunk (the peel's: ``at``) keeps its place,
         # and the sums spread over the whole chunk beside it.
         sums_at: list[list[Callable[[], None]]] = [[] for _ in range(k_chunks)]
+        # A hand-over longer than the last chunk has gaps (128 x 128: the release, 8 transfers, the publish
+        # and 8 first reads in 16) starts in the chunk before, once that chunk's reads of the last one
+        # have gone out, one a gap from its start, and had _LAND_MFMAS MFMAs to land: the release's wait
+        # holds no MFMA back, and no gap of the last chunk gets two issuers.
+        total = a_reps * b_reps
+        head = []
+        if const_expr(k_chunks > 1 and bool(fills) and tile_sums is None and len(hand_over) >= total):
+            head, hand_over = hand_over[: len(hand_over) - total + 1], hand_over[len(hand_over) - total + 1 :]
         merged = hand_over if at == 0 else []  # the hand-over the last chunk's sums go out with
         if const_expr(tile_sums is not None):
             reads_0, adds = tile_sums.reads, tile_sums.adds
@@ -907,6 +915,11 @@ class _Mma:
             if const_expr(kc + 1 < k_chunks):
                 later = self._interleave(later, sums_at[kc])
             upcoming = [(0, b_reads[self.b_ahead :] if k_chunks == 1 else later)]
+            if const_expr(bool(head) and kc == k_chunks - 2):
+                start = total - len(head)
+                if const_expr(start < len(later) + _LAND_MFMAS):
+                    raise ValueError(f"{p.name}: the hand-over's head does not fit after the chunk's reads")
+                upcoming = [(0, later, len(later) + 1), (start, head, total + 1)]
             a_outer = const_expr(bool(epilogue) and k_chunks > 1 and kc == k_chunks - 1)
             if const_expr(bool(epilogue) and (k_chunks == 1 or a_outer)):
                 # Two chunks: the last one runs column group by column group (A repetition outer; its
