@@ -207,6 +207,37 @@ def test_mx_scale_words_cross_the_port_once_and_stay_in_their_registers(cfg: Ker
     )
 
 
+@pytest.mark.parametrize(
+    ("cfg", "per_m0"),
+    [
+        (KernelConfig(Format.BF16, Format.BF16, True, True, Format.BF16), 4),
+        (KernelConfig(Format.FP8_E4M3, Format.FP8_E4M3, True, True, Format.BF16, tile_k=128), 4),
+        (KernelConfig(Format.BF16, Format.BF16, True, True, Format.BF16, tile_m=128, tile_n=128), 4),
+        (KernelConfig(Format.FP16, Format.FP16, True, False, Format.FP32), 4),  # NN: the K-outer rhs too
+        (KernelConfig(Format.BF16, Format.BF16, False, False, Format.BF16), 1),  # NT: one M0 a transfer
+    ],
+    ids=lambda x: x.name if isinstance(x, KernelConfig) else str(x),
+)
+def test_a_waves_transfers_share_an_m0_four_at_a_time(cfg: KernelConfig, per_m0: int) -> None:
+    """A wave's transfers fill 1 KiB blocks of LDS one after the other, and runs of four share one M0
+    write, the rest reached by the immediate offset, 1 KiB apart (docs/kernels.md, "Runs of four
+    transfers at one M0"); NT's two K-outer operands keep one M0 a transfer. No ``s_nop`` is left in
+    these loops: each K-tail select goes out a transfer ahead of its own, and a run's first transfer
+    has LLVM's select between its M0 write and it. (The emulator tests run these loops: a transfer at
+    the wrong LDS or global address fails their comparison with torch.)"""
+    _, insts = _instructions(cfg)
+    loop = kloop.k_loop(insts)
+    assert loop is not None
+    body = list(loop.body)
+    dmas = [i for i in body if _is_dma(i)]
+    m0_writes = [i for i in body if i.opcode.startswith("s_") and i.text.split()[1:2] == ["m0,"]]
+    assert len(dmas) == 32 if cfg.tile_m == 256 else len(dmas) == 16
+    assert len(m0_writes) == len(dmas) // per_m0
+    offsets = sorted(i.mod_int("offset") for i in dmas)
+    assert offsets == sorted(1024 * (n % per_m0) for n in range(len(dmas)))
+    assert not any(i.opcode == "s_nop" for i in body)
+
+
 def test_backed_is_part_of_the_family() -> None:
     assert set(family.BACKED) <= set(family.FAMILY)
 
