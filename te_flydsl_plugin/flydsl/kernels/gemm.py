@@ -54,9 +54,10 @@ from .config import DMA_BYTES, IMM_OFFSET_LIMIT, MAX_LAUNCH_BYTES, OOB_BYTES, OU
 WAVE_SIZE = 64
 NUM_XCDS = 8
 GROUP_M = 8
-# A wave's DMAs that share one M0: each moves 1 KiB (64 lanes x 16 bytes, contiguous in LDS) and the
-# next of a run is reached by the 12-bit immediate offset (config.IMM_OFFSET_LIMIT).
-M0_SHARE = IMM_OFFSET_LIMIT // (WAVE_SIZE * DMA_BYTES)
+# Bytes one DMA of a wave moves (64 lanes x 16 bytes, contiguous in LDS); a run of M0_SHARE of them
+# shares one M0, the next of a run reached by the 12-bit immediate offset (config.IMM_OFFSET_LIMIT).
+WAVE_DMA_BYTES = WAVE_SIZE * DMA_BYTES
+M0_SHARE = IMM_OFFSET_LIMIT // WAVE_DMA_BYTES
 
 # Format -> (FlyDSL element type name, MFMA shape K). The MFMA per format is the widest gfx950 has.
 _ELEM = {
@@ -173,7 +174,7 @@ def geometry(cfg: KernelConfig) -> Geometry:
         if vectors % threads:
             raise ValueError(f"{cfg.name}: a {rows}x{cfg.tile_k} tile is not a whole number of DMA rounds")
         loads.append(vectors // threads)
-    step = WAVE_SIZE * vec  # elements of one wave's DMA
+    step = WAVE_DMA_BYTES // itemsize  # elements of one wave's DMA
     if step % cfg.tile_k or any(n * step % (cfg.tile_k * _K_MAJOR_SWIZZLE_ROWS) for n in loads):
         raise ValueError(f"{cfg.name}: a wave's DMAs must cover whole K-major rows and whole swizzle periods")
     if any(n % min(n, M0_SHARE) for n in loads):
@@ -381,6 +382,19 @@ class _Lds:
         return self.b + stage * self.b_size
 
 
+class _Plan(NamedTuple):
+    """One operand's DMA fill, planned once before the K loop (:meth:`_Fill._plan`)."""
+
+    src: fx.Tensor  # its buffer (K-outer, pinned: the view each tile's buffer is made from)
+    loads: list  # per transfer of a lane: (offset at K tile 0, global row, K column)
+    rows: fx.Int32  # the operand's rows (M or N)
+    ld: fx.Int32
+    k_major: bool
+    wave_base: fx.Int32  # the wave's first LDS element of a stage
+    share: int  # transfers a run sharing one M0
+    bias: int  # elements the buffer starts before the operand
+
+
 class Transfers(list):
     """One K tile's DMA issuers (:meth:`_Fill.stage`), and in ``prepare`` the issuers of the scalar work they
     share (a K-outer operand's tile buffer: about 10 scalar instructions; in MXFP8's loop also the tile and
@@ -422,6 +436,7 @@ class _Fill:
         self.k = k
         self.k_tiles = wg.k_tiles
         self.vec = DMA_BYTES // p.elem_bytes
+        self.step = WAVE_DMA_BYTES // p.elem_bytes  # elements a wave's DMA moves
         self.oob = -(OOB_BYTES // p.elem_bytes)  # wraps to byte offset 2**31 once scaled (config.OOB_BYTES)
         self.dma = fx.make_copy_atom(fx.rocdl.cdna4.BufferLoadAsyncLDS128b(), 128)
         tid = wg.tid
@@ -452,7 +467,7 @@ class _Fill:
         k_major: bool,
         loads: int,
         tid: fx.Int32,
-    ) -> tuple:
+    ) -> _Plan:
         """What one operand's DMA fill needs beyond the K tile, computed once, before the K loop.
 
         A wave's loads fill LDS contiguously: its ``loads`` DMAs of 1 KiB (64 lanes x 16 bytes) from
@@ -472,7 +487,7 @@ class _Fill:
         """
         p, vec, tile_k = self.p, self.vec, self.p.tile_k
         share = self._share(k_major, loads)
-        step = WAVE_SIZE * vec  # elements a wave's DMA moves
+        step = self.step
         bias = (share - 1) * step  # the buffer starts this far before the operand (:meth:`_issue`)
         wave, lane = tid // WAVE_SIZE, tid % WAVE_SIZE
         wave_base = rocdl.readfirstlane(fx.Int32.ir_type, fx.Int32(wave * (loads * step)))
@@ -509,11 +524,11 @@ class _Fill:
             address = mfma.fence([fx.as_ir_value(fx.ptrtoint(start))], "s", 0)[0]
             based = fx.make_view(fx.inttoptr(start.type, address), fx.get_layout(operand))
         if const_expr(p.pinned and not k_major):
-            return based, plan, rows, ld, k_major, wave_base, share, bias
+            return _Plan(based, plan, rows, ld, k_major, wave_base, share, bias)
         span = fx.get_scalar(fx.cosize(fx.get_layout(operand)))
         records = fx.Int64(span) * p.elem_bytes + bias * p.elem_bytes
         src = fx.rocdl.make_buffer_tensor(based, num_records_bytes=records)
-        return src, plan, rows, ld, k_major, wave_base, share, bias
+        return _Plan(src, plan, rows, ld, k_major, wave_base, share, bias)
 
     def _k_outer_tile(self, operand: fx.Tensor, ld: fx.Int32, k_tile: fx.Int32 | int, bias: int) -> fx.Tensor:
         """A K-outer operand's buffer for K tile ``k_tile``: based at the tile's first K row and holding the
@@ -558,7 +573,7 @@ class _Fill:
         """Whether ``k_tile``'s transfers go through :meth:`_here`: MXFP8's, in its runtime K loop."""
         return self.p.mx and not isinstance(k_tile, int)
 
-    def _issuers(self, lds_stage: fx.Pointer, plan: tuple, k_tile: fx.Int32 | int) -> Transfers:
+    def _issuers(self, lds_stage: fx.Pointer, plan: _Plan, k_tile: fx.Int32 | int) -> Transfers:
         """Issuers of one operand's DMA transfers of K tile ``k_tile`` into ``lds_stage`` (:meth:`_plan`).
 
         A pinned K-major transfer's K-tail select (:func:`_k_tail_select`) goes out with an earlier
@@ -635,15 +650,14 @@ class _Fill:
         and every offset is that much larger: the VGPR offset stays non-negative and its range check
         (VGPR offset plus immediate) sees the same address as before. One M0 a run instead of one a DMA."""
         p = self.p
-        step = WAVE_SIZE * self.vec
         past = i % share
-        src, dst = fx.get_iter(src), lds_stage + (wave_base + (i - past) * step)
+        src, dst = fx.get_iter(src), lds_stage + (wave_base + (i - past) * self.step)
         atom = self.dma
         if const_expr(p.pinned and k_major):
             # The tile's offset in the scalar offset; bytes, like the VGPR one (FlyDSL scales neither of u8).
             src, dst = fx.recast_iter(fx.Uint8, src), fx.recast_iter(fx.Uint8, dst)
             atom = fx.atom_set_value(atom, "soffset", k0 * p.elem_bytes)
-        atom = fx.atom_set_value(atom, "imm_offset", past * DMA_BYTES * WAVE_SIZE)  # bytes
+        atom = fx.atom_set_value(atom, "imm_offset", past * WAVE_DMA_BYTES)
         one = fx.make_layout(1, 1)
         fx.copy_atom_call(atom, fx.make_view(src + offset, one), fx.make_view(dst, one))
 
