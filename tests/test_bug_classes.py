@@ -175,7 +175,7 @@ def _meta_call(layout, m, n, k, dtype=torch.bfloat16):
     ],
 )
 def test_operands_over_2gib_are_accepted_and_split(name, layout, m, n, k):
-    """Built on meta tensors: no memory, no struct.error; every launch window stays under 2**31 - 1."""
+    """Built on meta tensors: no memory, no struct.error; every launch window stays within MAX_LAUNCH_BYTES."""
     from te_flydsl_plugin.flydsl import check, matrix
 
     c = _meta_call(layout, m, n, k)

@@ -3,8 +3,8 @@ operand, independent of where they run (``executors/gpu.py`` on gfx950, ``execut
 
 :func:`execute` walks ``plan.pieces`` and passes one piece's views to the kernel: each view's data
 pointer (storage offset included) is the 64-bit base of that launch, and the plan sized the pieces so
-no buffer a launch addresses spans more than 2**31 - 1 bytes (the kernel's buffer offsets are
-32-bit). A piece with ``k0 > 0`` accumulates onto what the earlier K pieces wrote (beta 1). Both
+no buffer a launch addresses spans more than ``config.MAX_LAUNCH_BYTES`` (the kernel's buffer offsets
+are 32-bit). A piece with ``k0 > 0`` accumulates onto what the earlier K pieces wrote (beta 1). Both
 executors run the same :class:`Launch` objects, so they run the same thing.
 """
 

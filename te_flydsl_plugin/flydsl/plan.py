@@ -3,7 +3,7 @@
 Only views are made here (no copies): TE's stored FP8 transposes are used instead of transposing,
 MXFP8 picks rowwise or columnwise storage so the blocked dim is K, and the output is D itself (or a
 fresh tensor in TE's output shape). Launches are split into pieces so no buffer a launch addresses
-spans more than 2**31 - 1 bytes.
+spans more than ``config.MAX_LAUNCH_BYTES``.
 """
 
 from __future__ import annotations

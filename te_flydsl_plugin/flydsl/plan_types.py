@@ -46,8 +46,8 @@ class KernelOperand:
 class Piece:
     """A sub-GEMM of a host-split launch: output rows ``[m0, m1)``, columns ``[n0, n1)``, K ``[k0, k1)``.
 
-    Pieces exist so that no buffer a single launch addresses spans more than 2**31 - 1 bytes (buffer
-    offsets are 32-bit). A piece with ``k0 > 0`` accumulates onto what earlier pieces wrote.
+    Pieces exist so that no buffer a single launch addresses spans more than ``config.MAX_LAUNCH_BYTES``
+    (buffer offsets are 32-bit). A piece with ``k0 > 0`` accumulates onto what earlier pieces wrote.
     """
 
     m0: int

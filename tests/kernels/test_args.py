@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from te_flydsl_plugin.flydsl import launch, matrix, mx_layout
-from te_flydsl_plugin.flydsl.kernels import args, config, gemm
+from te_flydsl_plugin.flydsl.kernels import args, config, gemm, mx
 from te_flydsl_plugin.flydsl.kernels.config import KernelConfig
 from te_flydsl_plugin.spec import Format
 
@@ -64,17 +64,33 @@ def test_the_matrix_states_the_kernels_own_limits() -> None:
         Format.FP8_E5M2: 16,
     }
     assert matrix.OUT_VEC is config.OUT_VEC
-    assert matrix.MAX_LAUNCH_BYTES == matrix.MAX_DIM == config.INT32_MAX == 2**31 - 1
+    assert matrix.MAX_DIM == config.INT32_MAX == 2**31 - 1
+    assert matrix.MAX_LAUNCH_BYTES is config.MAX_LAUNCH_BYTES
     assert mx_layout.unsupported_reason(16, 32) is None
 
 
 def test_the_two_out_of_bounds_offsets_are_one_past_the_other() -> None:
-    """The raw byte offset is the largest span; element offsets, scaled in 32 bits, land one byte further."""
-    assert config.OOB_OFFSET == 0x7FFFFFFF == config.MAX_LAUNCH_BYTES
+    """The raw byte offset is the largest int32; element offsets, scaled in 32 bits, land one byte further."""
+    assert config.OOB_OFFSET == 0x7FFFFFFF >= config.MAX_LAUNCH_BYTES
     for itemsize in (1, 2, 4):
         elems = -(config.OOB_BYTES // itemsize)
         assert -(2**31) <= elems <= config.INT32_MAX  # a valid int32 element offset
         assert (elems * itemsize) % 2**32 == config.OOB_OFFSET + 1  # byte 2**31: past every span
+
+
+def test_an_early_buffer_still_ends_before_the_out_of_bounds_offset() -> None:
+    """A DMA buffer starts up to its M0 run's reach before the operand (gemm's bias, mx's word bias), and its
+    records grow by as much: even for the longest span a launch allows they must stay below the
+    out-of-bounds byte offset, which a load reaches with no immediate offset (the run's first transfer).
+    With 2**31 - 1 bytes allowed they did not: an out-of-bounds K-tail load of a span past 2**31 - 3 KiB
+    passed the range check and read memory where the K tail needs zeros. With a scalar offset in the
+    check as well (up to the span), the sum must not wrap past 2**32."""
+    gemm_bias = (gemm.M0_SHARE - 1) * gemm.WAVE_DMA_BYTES
+    mx_bias = (mx.MAX_SHARE - 1) * mx.WORDS_PER_GROUP * 4
+    for bias in (gemm_bias, mx_bias):
+        assert 0 < bias < config.IMM_OFFSET_LIMIT
+        assert config.MAX_LAUNCH_BYTES + bias < config.OOB_BYTES
+        assert config.OOB_BYTES + config.IMM_OFFSET_LIMIT + config.MAX_LAUNCH_BYTES <= 2**32
 
 
 def test_the_launch_guard_refuses_what_the_matrix_declines() -> None:

@@ -14,7 +14,7 @@ import torch
 
 from te_flydsl_plugin.flydsl import executors, family
 from te_flydsl_plugin.flydsl.executors.reference import run as run_reference
-from te_flydsl_plugin.flydsl.kernels.config import KernelConfig
+from te_flydsl_plugin.flydsl.kernels.config import MAX_LAUNCH_BYTES, KernelConfig
 from te_flydsl_plugin.flydsl.launch_log import LaunchLog
 from te_flydsl_plugin.flydsl.plan import split
 from te_flydsl_plugin.flydsl.plan_types import GemmPlan
@@ -94,7 +94,7 @@ def test_operand_over_2gib() -> None:
     cfg = KernelConfig(Format.BF16, Format.BF16, True, True, Format.BF16, waves=4)
     m, n, k = 32768, 1024, 53248
     plan = plan_for(cfg, m, n, k, device="cuda")
-    pieces = split(m, n, k, plan.lhs, plan.rhs, plan.out.element_size(), 8, 2**31 - 1)
+    pieces = split(m, n, k, plan.lhs, plan.rhs, plan.out.element_size(), 8, MAX_LAUNCH_BYTES)
     assert len(pieces) > 1
     _run(dataclasses.replace(plan, pieces=pieces))
 

@@ -11,13 +11,13 @@ import torch
 
 from te_flydsl_plugin.dtypes import payload_dtype
 from te_flydsl_plugin.flydsl import executors, family, launch
-from te_flydsl_plugin.flydsl.kernels import gemm, select
+from te_flydsl_plugin.flydsl.kernels import config, gemm, select
 from te_flydsl_plugin.flydsl.kernels.config import KernelConfig
 from te_flydsl_plugin.flydsl.plan import split
 from te_flydsl_plugin.flydsl.plan_types import GemmPlan, KernelOperand, Piece
 from te_flydsl_plugin.spec import Format
 
-LIMIT = 2**31 - 1
+LIMIT = config.MAX_LAUNCH_BYTES
 
 # (name, format, M, N, K, lhs K-major, rhs K-major): TE's shapes with an operand or D over 2 GiB.
 BIG = [

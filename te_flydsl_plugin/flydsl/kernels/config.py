@@ -31,17 +31,21 @@ OUT_VEC = 4
 # The kernels' runtime scalars (M, N, K, leading strides) and buffer offsets are signed 32-bit values.
 INT32_MAX = 2**31 - 1
 MAX_DIM = INT32_MAX
-# The most bytes one buffer of a launch may span: its offsets must stay valid int32 values (the plan
-# splits larger operands into pieces with 64-bit bases; launch_geometry refuses a longer span).
-MAX_LAUNCH_BYTES = INT32_MAX
+# The most bytes one buffer of a launch may span (the plan splits larger operands into pieces with 64-bit
+# bases; launch_geometry refuses a longer span). Its byte offsets are int32 values, and a DMA buffer may
+# start up to an immediate offset's reach before its operand (the bias of gemm.py's M0 runs and of mx.py's
+# word buffer): 2**31 - 1 let such a buffer's records pass 2**31, so that a load at the out-of-bounds offset
+# (OOB_BYTES) plus an immediate offset passed the range check and read memory where the K tail needs zeros.
+MAX_LAUNCH_BYTES = 2**31 - IMM_OFFSET_LIMIT
 # A raw (unscaled) buffer byte offset past any buffer a launch addresses (spans are at most
 # MAX_LAUNCH_BYTES): a buffer load from it returns 0 and touches no memory, a store is dropped (buffer
 # range checking).
-OOB_OFFSET = MAX_LAUNCH_BYTES
+OOB_OFFSET = INT32_MAX
 # The same for offsets given in elements (the GEMM's DMA and epilogue addresses), which FlyDSL's buffer
 # copies scale to bytes by the element size in 32 bits: ``-(OOB_BYTES // itemsize)`` elements is byte
 # offset 2**31 (mod 2**32) for every power-of-two item size, an int32 even for 1-byte elements (the
-# positive 2**31 is none), one past OOB_OFFSET and so past every buffer as well.
+# positive 2**31 is none), one past OOB_OFFSET and, with any immediate offset, past every buffer's
+# records (at most MAX_LAUNCH_BYTES and a bias under IMM_OFFSET_LIMIT) as well.
 OOB_BYTES = OOB_OFFSET + 1
 
 
