@@ -20,7 +20,7 @@ def _family() -> tuple[KernelConfig, ...]:
     kernels/mfma.py) for bf16, fp16 and FP8, and on 8 waves (2 x 4, 128 accumulators per lane) for
     fp32, whose MFMAs are LLVM's own (``KernelConfig.agpr_accumulators``). The 128 x 128 tiles run on 4
     waves too (2 x 2 waves of 64 x 64: 64 accumulators per lane, pinned; two workgroups a CU by their 64
-    KiB of LDS, so two waves a SIMD): their K loops come within 1.039x (bf16) and 1.000x (FP8) of the
+    KiB of LDS, so two waves a SIMD): their K loops come within 1.004x (bf16) and 1.000x (FP8) of the
     MFMA floor under llvm-mca, against 1.203x and 1.117x for one wave of the 8-wave tiles before, and the
     timing model predicts them as fast or faster on every shape tried (docs/kernels.md).
     """

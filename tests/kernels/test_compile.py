@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import threading
@@ -208,34 +209,69 @@ def test_mx_scale_words_cross_the_port_once_and_stay_in_their_registers(cfg: Ker
 
 
 @pytest.mark.parametrize(
-    ("cfg", "per_m0"),
+    "cfg",
     [
-        (KernelConfig(Format.BF16, Format.BF16, True, True, Format.BF16), 4),
-        (KernelConfig(Format.FP8_E4M3, Format.FP8_E4M3, True, True, Format.BF16, tile_k=128), 4),
-        (KernelConfig(Format.BF16, Format.BF16, True, True, Format.BF16, tile_m=128, tile_n=128), 4),
-        (KernelConfig(Format.FP16, Format.FP16, True, False, Format.FP32), 4),  # NN: the K-outer rhs too
-        (KernelConfig(Format.BF16, Format.BF16, False, False, Format.BF16), 1),  # NT: one M0 a transfer
+        KernelConfig(Format.BF16, Format.BF16, True, True, Format.BF16),
+        KernelConfig(Format.FP8_E4M3, Format.FP8_E4M3, True, True, Format.BF16, tile_k=128),
+        KernelConfig(Format.BF16, Format.BF16, True, True, Format.BF16, tile_m=128, tile_n=128),
+        KernelConfig(Format.FP16, Format.FP16, True, False, Format.FP32),  # NN: the K-outer rhs too
+        KernelConfig(Format.BF16, Format.BF16, False, False, Format.BF16),  # NT: both K-outer
+        KernelConfig(Format.MXFP8_E4M3, Format.MXFP8_E4M3, True, False, Format.BF16, tile_k=128),
+        KernelConfig(Format.MXFP8_E4M3, Format.MXFP8_E4M3, False, False, Format.BF16, tile_k=128),
     ],
-    ids=lambda x: x.name if isinstance(x, KernelConfig) else str(x),
+    ids=lambda c: c.name,
 )
-def test_a_waves_transfers_share_an_m0_four_at_a_time(cfg: KernelConfig, per_m0: int) -> None:
+def test_a_waves_transfers_share_an_m0_four_at_a_time(cfg: KernelConfig) -> None:
     """A wave's transfers fill 1 KiB blocks of LDS one after the other, and runs of four share one M0
     write, the rest reached by the immediate offset, 1 KiB apart (docs/kernels.md, "Runs of four
-    transfers at one M0"); NT's two K-outer operands keep one M0 a transfer. No ``s_nop`` is left in
-    these loops: each K-tail select goes out a transfer ahead of its own, and a run's first transfer
-    has LLVM's select between its M0 write and it. (The emulator tests run these loops: a transfer at
-    the wrong LDS or global address fails their comparison with torch.)"""
+    transfers at one M0"), K-major and K-outer operands alike. An ``s_nop`` is left only where nothing
+    fills the wait state between a run's M0 write and its first transfer: at most one a run. (The
+    emulator tests run these loops: a transfer at the wrong LDS or global address fails their
+    comparison with torch.)"""
     _, insts = _instructions(cfg)
     loop = kloop.k_loop(insts)
     assert loop is not None
     body = list(loop.body)
-    dmas = [i for i in body if _is_dma(i)]
+    dmas = [i for i in body if _is_dma(i) and i.opcode == "buffer_load_dwordx4"]
     m0_writes = [i for i in body if i.opcode.startswith("s_") and i.text.split()[1:2] == ["m0,"]]
-    assert len(dmas) == 32 if cfg.tile_m == 256 else len(dmas) == 16
-    assert len(m0_writes) == len(dmas) // per_m0
+    per_loop = {256: 32, 128: 16}[cfg.tile_m] * (2 if cfg.scaling == "mx" else 1)  # MXFP8: 4 tiles, not 2
+    assert len(dmas) == per_loop
+    words = sum(_is_dma(i) for i in body) - len(dmas)  # MXFP8's scale words: one M0 for a wave's run
+    assert len(m0_writes) == len(dmas) // 4 + (words > 0) * 2
     offsets = sorted(i.mod_int("offset") for i in dmas)
-    assert offsets == sorted(1024 * (n % per_m0) for n in range(len(dmas)))
-    assert not any(i.opcode == "s_nop" for i in body)
+    assert offsets == sorted(1024 * (n % 4) for n in range(len(dmas)))
+    nops = [i for i in body if i.opcode == "s_nop"]
+    assert len(nops) <= len(m0_writes), [i.text for i in nops]
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        KernelConfig(Format.BF16, Format.BF16, True, True, Format.BF16),
+        KernelConfig(Format.FP16, Format.FP16, True, False, Format.FP16),
+        KernelConfig(Format.BF16, Format.BF16, False, False, Format.FP32),
+        KernelConfig(Format.FP8_E4M3, Format.FP8_E5M2, True, True, Format.BF16, tile_k=128),
+        KernelConfig(Format.FP16, Format.FP16, True, True, Format.FP16, tile_m=128, tile_n=128),
+        KernelConfig(Format.MXFP8_E4M3, Format.MXFP8_E4M3, True, True, Format.BF16, tile_k=128),
+        KernelConfig(Format.MXFP8_E4M3, Format.MXFP8_E4M3, True, False, Format.BF16, tile_k=128),
+        KernelConfig(Format.MXFP8_E4M3, Format.MXFP8_E4M3, False, False, Format.BF16, tile_k=128),
+    ],
+    ids=lambda c: c.name,
+)
+def test_the_k_loop_masks_no_k_tail(cfg: KernelConfig) -> None:
+    """The K loop refills only tiles wholly inside K (``gemm._Fill.stage``'s ``whole``; the K tail's refill
+    runs in the tiles after it): no compare or select of a K-tail offset (K-major), no tile buffer of its
+    own (K-outer: the per-tile base's 64-bit add and stride mask), every transfer's tile in its scalar
+    offset instead. Before, a bf16 TN iteration held 32 selects and NT's four tile buffers about 40
+    scalar instructions (docs/kernels.md, "Whole tiles in the K loop")."""
+    _, insts = _instructions(cfg)
+    loop = kloop.k_loop(insts)
+    assert loop is not None
+    body = list(loop.body)
+    assert not [i.text for i in body if i.opcode.startswith(("v_cndmask", "v_cmp", "s_cselect", "s_and_b32"))]
+    assert not [i.text for i in body if i.opcode in ("s_addc_u32", "s_lshl_b64")]
+    dmas = [i for i in body if _is_dma(i) and i.opcode == "buffer_load_dwordx4"]
+    assert dmas and all(re.match(r"s\d+$", i.text.replace(",", " ").split()[3]) for i in dmas), dmas[0].text
 
 
 def test_backed_is_part_of_the_family() -> None:

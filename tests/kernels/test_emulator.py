@@ -80,19 +80,22 @@ def test_host_split_pieces(cfg: KernelConfig) -> None:
 
 
 @pytest.mark.parametrize(
-    "cfg",
+    ("cfg", "piece_k"),
     [
-        KernelConfig(Format.BF16, Format.BF16, True, False, Format.BF16, waves=4),
-        KernelConfig(Format.FP16, Format.FP16, False, False, Format.FP32, waves=4),
+        (KernelConfig(Format.BF16, Format.BF16, True, False, Format.BF16, waves=4), 72),
+        (KernelConfig(Format.FP16, Format.FP16, False, False, Format.FP32, waves=4), 72),
+        (KernelConfig(Format.FP16, Format.FP16, False, False, Format.FP32, waves=4), 5 * 64 + 8),
     ],
-    ids=lambda c: c.name,
+    ids=lambda x: x.name if isinstance(x, KernelConfig) else f"k{x}",
 )
-def test_k_pieces_end_mid_tile_on_k_outer_operands(cfg: KernelConfig) -> None:
+def test_k_pieces_end_mid_tile_on_k_outer_operands(cfg: KernelConfig, piece_k: int) -> None:
     """K pieces whose ends fall inside a K tile: a K-outer operand's tile buffer must stop at the piece's
     last K row (``gemm._Fill._k_outer_tile``), because the next piece's rows, real data, follow it in
-    memory; reading one of them would add its products to this piece's output."""
-    m, n, k = 304, 264, 3 * 72  # M and N whole 16-byte vectors: the operands N/M-major
-    _run_and_check(cfg, m, n, k, 1.0, 0.5, pieces=piece_grid(m, n, k, 72))
+    memory; reading one of them would add its products to this piece's output. 328 (6 tiles, the last
+    with a tail): the loop's pair refills tiles 2 and 3 from the whole operand's buffer, their K in the
+    scalar offset (``_Fill.stage``'s ``whole``), the two tiles after it tiles 4 and 5 through their own."""
+    m, n, k = 304, 264, 3 * piece_k  # M and N whole 16-byte vectors: the operands N/M-major
+    _run_and_check(cfg, m, n, k, 1.0, 0.5, pieces=piece_grid(m, n, k, piece_k))
 
 
 @pytest.mark.parametrize(

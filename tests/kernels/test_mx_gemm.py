@@ -116,10 +116,11 @@ def test_mx_isa_feeds_scales_from_registers(k_major: tuple[bool, bool]) -> None:
     assert {byte(s) for s in mfmas} == {0, 1, 2, 3}
     # The MMA's A operand is rhs (kernels/mfma.py): E5M2 rhs -> cbsz:1, E4M3 lhs -> blgp 0, not printed.
     assert all("cbsz:1" in s and "blgp" not in s for s in mfmas)
-    # 8 word DMAs a wave per 512 K (the 2 x 16 16-row tiles' words split among 4 waves), before the loop
-    # and in it, and no other dword load (bf16 output: the epilogue loads no dwords).
+    # 8 word DMAs a wave per 512 K (the 2 x 16 16-row tiles' words split among 4 waves), before the loops
+    # and in each of them (the groups wholly inside K, then the K tail's), and no other dword load (bf16
+    # output: the epilogue loads no dwords).
     words = re.findall(r"^\s+buffer_load_dword v.*$", text, re.M)
-    assert len(words) == 16 and all(w.rstrip().split("//")[0].rstrip().endswith(" lds") for w in words)
+    assert len(words) == 24 and all(w.rstrip().split("//")[0].rstrip().endswith(" lds") for w in words)
     assert bool(re.search(r"^\s+ds_read_b64_tr_b8 ", text, re.M)) == (k_major != (True, True))
 
 

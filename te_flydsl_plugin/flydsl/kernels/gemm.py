@@ -385,8 +385,9 @@ class _Lds:
 class _Plan(NamedTuple):
     """One operand's DMA fill, planned once before the K loop (:meth:`_Fill._plan`)."""
 
-    src: fx.Tensor  # its buffer (K-outer, pinned: the view each tile's buffer is made from)
-    loads: list  # per transfer of a lane: (offset at K tile 0, global row, K column)
+    src: fx.Tensor  # its buffer, over the whole operand from ``bias`` elements before it
+    view: fx.Tensor | None  # pinned K-outer: the biased view a K-tail tile's buffer is made from
+    loads: list  # per transfer of a lane: (offset at K tile 0, global row, K column); bytes where pinned
     rows: fx.Int32  # the operand's rows (M or N)
     ld: fx.Int32
     k_major: bool
@@ -447,14 +448,9 @@ class _Fill:
 
     def _share(self, k_major: bool, loads: int) -> int:
         """How many of a wave's transfers of one operand share an M0 (:meth:`_issue`): runs of ``M0_SHARE``
-        where pinned, but for a K-outer operand beside another (NT). fp32's own MFMAs (unpinned) moved 22 of
-        NT's accumulators between registers with shared M0s. A K-outer operand's tile buffer is about 9
-        scalar instructions a tile (:meth:`_k_outer_tile`), which LLVM places among chunk 0's fragment
-        reads; NT's two of them there, once the M0 writes were gone, held the XDL pipe back (llvm-mca:
-        bf16 1.017 -> 1.030x the floor, MXFP8 1.029 -> 1.034x); NN's one costs nothing."""
-        p = self.p
-        both_outer = not (p.lhs_k_major or p.rhs_k_major)
-        return min(loads, M0_SHARE) if p.pinned and (k_major or not both_outer) else 1
+        where pinned. fp32's own MFMAs (unpinned) moved 22 of NT's accumulators between registers with
+        shared M0s."""
+        return min(loads, M0_SHARE) if self.p.pinned else 1
 
     def _plan(
         self,
@@ -483,7 +479,8 @@ class _Fill:
         ``c < k - k0``: a DMA covers 8 rows, half a swizzle period, so a lane's loads hold one of two
         K columns and share two compares a tile. K-outer, the tile's buffer starts at its first K
         row and ends with the operand (:meth:`_k_outer_tile`): the hardware's range check masks the
-        K tail, and the VGPR offsets go out as they are.
+        K tail, and the VGPR offsets go out as they are. A tile wholly inside K masks nothing
+        (:meth:`stage`): K-outer, its first K row goes into the scalar offset of ``src``.
         """
         p, vec, tile_k = self.p, self.vec, self.p.tile_k
         share = self._share(k_major, loads)
@@ -514,21 +511,24 @@ class _Fill:
             g_k = mx.k_of_lds_column(c) if const_expr(p.mx) else c
             offset = g_row * ld + g_k if const_expr(k_major) else g_k * ld + g_row
             offset = offset + (bias - i % share * step)
-            plan.append(((g_row < rows).select(offset, self.oob), g_row, g_k))
+            offset = (g_row < rows).select(offset, self.oob)
+            # Pinned, in bytes (_issue): below 2**31 with the bias (config.MAX_LAUNCH_BYTES).
+            plan.append((offset * p.elem_bytes if const_expr(p.pinned) else offset, g_row, g_k))
         based = fx.make_view(fx.get_iter(operand) + fx.Int32(-bias), fx.get_layout(operand))
-        if const_expr(p.pinned and not k_major and bias > 0):
-            # A buffer a tile (_k_outer_tile), from the biased start through an empty asm statement: LLVM
-            # otherwise added the tile's offset first and took the bias back off every tile (two scalar
-            # instructions a tile among the MFMAs).
-            start = fx.get_iter(based)
-            address = mfma.fence([fx.as_ir_value(fx.ptrtoint(start))], "s", 0)[0]
-            based = fx.make_view(fx.inttoptr(start.type, address), fx.get_layout(operand))
+        view = None
         if const_expr(p.pinned and not k_major):
-            return _Plan(based, plan, rows, ld, k_major, wave_base, share, bias)
+            view = based
+            if const_expr(bias > 0):
+                # A K-tail tile's buffer (_k_outer_tile), from the biased start through an empty asm
+                # statement: LLVM otherwise added the tile's offset first and took the bias back off every
+                # tile (two scalar instructions a tile among the MFMAs).
+                start = fx.get_iter(based)
+                address = mfma.fence([fx.as_ir_value(fx.ptrtoint(start))], "s", 0)[0]
+                view = fx.make_view(fx.inttoptr(start.type, address), fx.get_layout(operand))
         span = fx.get_scalar(fx.cosize(fx.get_layout(operand)))
         records = fx.Int64(span) * p.elem_bytes + bias * p.elem_bytes
         src = fx.rocdl.make_buffer_tensor(based, num_records_bytes=records)
-        return _Plan(src, plan, rows, ld, k_major, wave_base, share, bias)
+        return _Plan(src, view, plan, rows, ld, k_major, wave_base, share, bias)
 
     def _k_outer_tile(self, operand: fx.Tensor, ld: fx.Int32, k_tile: fx.Int32 | int, bias: int) -> fx.Tensor:
         """A K-outer operand's buffer for K tile ``k_tile``: based at the tile's first K row and holding the
@@ -556,25 +556,28 @@ class _Fill:
         tile = fx.make_view(fx.get_iter(operand) + fx.Uint64(fx.Uint32(first)), fx.get_layout(operand))
         return fx.rocdl.make_buffer_tensor(tile, num_records_bytes=fx.Uint32(left))
 
-    def _here(self, k_tile: fx.Int32 | int, wave_base: fx.Int32) -> tuple[fx.Int32 | int, fx.Int32]:
-        """``k_tile`` and the wave's LDS base, for the work done where the hand-over issues the tile: in
-        MXFP8's loop of four tiles both pass through one empty asm statement, which stays in order among
-        the MFMAs' asm, so LLVM cannot compute that work ahead and hold it in registers. Otherwise it made
-        all four tiles' K-outer buffers at the loop's top (NT's scalar registers spilled), moved a K-major
-        tile's K-tail selects into the MFMAs before the hand-over (with rhs's refill early, MXFP8 NN's fused
-        epilogues spilled VGPRs), and held every M0 value in a scalar register of its own (NN's fused
-        dgelu_bgrad spilled 2 SGPRs); now each is one ``s_add`` where its DMAs go."""
+    def _here(self, k_tile: fx.Int32 | int, *values: fx.Int32 | int) -> list:
+        """``k_tile`` and ``values`` (the wave's LDS base, the tile's scalar offset), for the work done where
+        the hand-over issues the tile: in MXFP8's loop of four tiles they pass through one empty asm
+        statement, which stays in order among the MFMAs' asm, so LLVM cannot compute that work ahead and
+        hold it in registers. Otherwise it made all four tiles' K-outer buffers at the loop's top (NT's
+        scalar registers spilled), moved a K-major tile's K-tail selects into the MFMAs before the
+        hand-over (with rhs's refill early, MXFP8 NN's fused epilogues spilled VGPRs), and held every M0
+        value in a scalar register of its own (NN's fused dgelu_bgrad spilled 2 SGPRs); now each is one
+        ``s_add`` where its DMAs go. The scalar offset, a multiple of the tile, comes in made: made from
+        the fenced tile it took a multiply and a shift a tile, where LLVM's induction variable takes an add."""
+        values = [k_tile, *values]
         if const_expr(self._in_loop(k_tile)):
-            values = [fx.as_ir_value(fx.Int32(k_tile)), fx.as_ir_value(fx.Int32(wave_base))]
-            k_tile, wave_base = (fx.Int32(v) for v in mfma.fence(values, "s", 0))
-        return k_tile, wave_base
+            values = [fx.Int32(v) for v in mfma.fence([fx.as_ir_value(fx.Int32(v)) for v in values], "s", 0)]
+        return values
 
     def _in_loop(self, k_tile: fx.Int32 | int) -> bool:
         """Whether ``k_tile``'s transfers go through :meth:`_here`: MXFP8's, in its runtime K loop."""
         return self.p.mx and not isinstance(k_tile, int)
 
-    def _issuers(self, lds_stage: fx.Pointer, plan: _Plan, k_tile: fx.Int32 | int) -> Transfers:
-        """Issuers of one operand's DMA transfers of K tile ``k_tile`` into ``lds_stage`` (:meth:`_plan`).
+    def _issuers(self, lds_stage: fx.Pointer, plan: _Plan, k_tile: fx.Int32 | int, whole: bool) -> Transfers:
+        """Issuers of one operand's DMA transfers of K tile ``k_tile`` into ``lds_stage`` (:meth:`_plan`);
+        ``whole``: the tile lies wholly inside K (:meth:`stage`).
 
         A pinned K-major transfer's K-tail select (:func:`_k_tail_select`) goes out with an earlier
         transfer, ahead of it: LLVM takes an asm statement's result for one whose reader needs a wait
@@ -583,64 +586,71 @@ class _Fill:
         M0 write and LLVM's own select (:meth:`_offset`), and the next select goes out a transfer
         earlier: each gap between two MFMAs holds a transfer and one asm select or a run's M0 and
         select (the tile's first both)."""
-        src, loads, rows, ld, k_major, wave_base, share, bias = plan
+        src, view, loads, rows, ld, k_major, wave_base, share, bias = plan
         p = self.p
         made: list[tuple] = []
-        k_outer = p.pinned and not k_major
-        ahead = p.pinned and k_major
+        k_outer = p.pinned and not k_major and not whole
+        ahead = p.pinned and k_major and not whole
         offsets: dict[int, fx.Int32] = {}
 
         def prepare() -> None:
-            """Make the tile's source buffer (K-outer: :meth:`_k_outer_tile`), first K and the wave's LDS base
-            (:meth:`_here`), once."""
+            """Make the tile's source buffer (K-outer with a K tail: :meth:`_k_outer_tile`), first K, scalar
+            offset (pinned: the tile's first byte in ``src``, where the buffer does not start there) and the
+            wave's LDS base (:meth:`_here`), once."""
             if not made:
-                here, base = self._here(k_tile, wave_base)
-                buffer = self._k_outer_tile(src, ld, here, bias) if const_expr(k_outer) else src
-                made.append((buffer, here * p.tile_k, base))
+                first = k_tile * (p.tile_k * p.elem_bytes)
+                if const_expr(k_outer):
+                    first = 0
+                elif const_expr(p.pinned and not k_major):
+                    first = k_tile * (ld * (p.tile_k * p.elem_bytes))  # inside the launch's span: an int32
+                here, base, first = self._here(k_tile, wave_base, first)
+                buffer = self._k_outer_tile(view, ld, here, bias) if const_expr(k_outer) else src
+                made.append((buffer, here * p.tile_k, first, base))
 
         def tile() -> tuple:
-            """The tile's (source buffer, first K, wave's LDS base), made by its first transfer unless prepared."""
+            """The tile's (source buffer, first K, scalar offset, wave's LDS base), made by its first
+            transfer unless prepared."""
             prepare()
             return made[0]
 
         def issue(i: int) -> None:
-            buffer, k0, base = tile()
+            buffer, k0, first, base = tile()
             if const_expr(i in offsets):
                 offset = offsets.pop(i)
             else:
-                offset = self._offset(k0, rows, ld, k_major, i % share == 0, *loads[i])
+                offset = self._offset(k0, rows, ld, k_major, whole, i % share == 0, *loads[i])
             later = i + 1 if (i + 1) % share else i + 2  # the next transfer whose select goes ahead
             if const_expr(ahead and later < len(loads) and later not in offsets):
-                offsets[later] = self._offset(k0, rows, ld, k_major, False, *loads[later])
-            self._issue(lds_stage, buffer, k0, base, k_major, i, share, offset)
+                offsets[later] = self._offset(k0, rows, ld, k_major, whole, False, *loads[later])
+            self._issue(lds_stage, buffer, first, base, i, share, offset)
 
         shared = k_outer or self._in_loop(k_tile)
         return Transfers([functools.partial(issue, i) for i in range(len(loads))], [prepare] if shared else [])
 
-    def _offset(self, k0, rows, ld, k_major: bool, first: bool, base, g_row, g_k) -> fx.Int32:
+    def _offset(self, k0, rows, ld, k_major: bool, whole: bool, first: bool, base, g_row, g_k) -> fx.Int32:
         """The lane's offset of a transfer of the K tile at ``k0`` (``base``, ``g_row``, ``g_k``: its entry
-        of :meth:`_plan`; ``first``: the first of its run), in the units of :meth:`_issue`'s source:
-        bytes where pinned and K-major, else elements."""
+        of :meth:`_plan`; ``whole``: the tile lies inside K; ``first``: the first of its run), in the units
+        of :meth:`_issue`'s source: bytes where pinned, else elements."""
         p = self.p
-        if const_expr(p.pinned and not k_major):
-            return base  # the tile's buffer holds its offset and K tail (_k_outer_tile)
+        if const_expr(p.pinned and (whole or not k_major)):
+            # Nothing to mask (whole), or the tile's buffer holds its offset and K tail (_k_outer_tile).
+            return base
         if const_expr(p.pinned):
-            # Only the K tail is per tile (the tile's offset is the scalar one): in bytes, for FlyDSL scales
-            # an element offset, which would come after the select's asm. A run's first select is LLVM's:
-            # it fills the wait state between the run's M0 write and its transfer (checkReadM0Hazards).
+            # Only the K tail is per tile (the tile's offset is the scalar one). A run's first select is
+            # LLVM's: it fills the wait state between the run's M0 write and its transfer (checkReadM0Hazards).
             inside = g_k < self.k - k0
             if const_expr(first):
-                return inside.select(base * p.elem_bytes, self.oob * p.elem_bytes)
-            return _k_tail_select(inside, base * p.elem_bytes, self.oob * p.elem_bytes)
+                return inside.select(base, self.oob * p.elem_bytes)
+            return _k_tail_select(inside, base, self.oob * p.elem_bytes)
         # LLVM's own MFMAs (fp32) keep their accumulators in place only with the whole offset in the VGPR,
         # computed per tile (the scalar form moved 22 of fp32 NT's between registers).
         g_k = k0 + g_k
         offset = g_row * ld + g_k if const_expr(k_major) else g_k * ld + g_row
         return ((g_row < rows) & (g_k < self.k)).select(offset, self.oob)
 
-    def _issue(self, lds_stage, src, k0, wave_base, k_major: bool, i: int, share: int, offset: fx.Int32) -> None:
-        """One lane's transfer ``i`` of the K tile at ``k0``, from buffer ``src`` at ``offset``
-        (:meth:`_offset`).
+    def _issue(self, lds_stage, src, first, wave_base, i: int, share: int, offset: fx.Int32) -> None:
+        """One lane's transfer ``i`` of a K tile, from buffer ``src`` at scalar offset ``first`` (pinned:
+        bytes, :meth:`_issuers`) and ``offset`` (:meth:`_offset`).
 
         Transfer ``i`` is ``i % share`` KiB past the first of its run of ``share`` (:meth:`_plan`), which
         gives the M0 of them all; the immediate offset moves the LDS address and the global one alike
@@ -653,18 +663,26 @@ class _Fill:
         past = i % share
         src, dst = fx.get_iter(src), lds_stage + (wave_base + (i - past) * self.step)
         atom = self.dma
-        if const_expr(p.pinned and k_major):
+        if const_expr(p.pinned):
             # The tile's offset in the scalar offset; bytes, like the VGPR one (FlyDSL scales neither of u8).
             src, dst = fx.recast_iter(fx.Uint8, src), fx.recast_iter(fx.Uint8, dst)
-            atom = fx.atom_set_value(atom, "soffset", k0 * p.elem_bytes)
+            atom = fx.atom_set_value(atom, "soffset", first)
         atom = fx.atom_set_value(atom, "imm_offset", past * WAVE_DMA_BYTES)
         one = fx.make_layout(1, 1)
         fx.copy_atom_call(atom, fx.make_view(src + offset, one), fx.make_view(dst, one))
 
-    def stage(self, stage: fx.Int32 | int, k_tile: fx.Int32 | int) -> Transfers:
-        """Issuers of both operands' DMA transfers of K tile ``k_tile`` into LDS stage ``stage``."""
-        a = self._issuers(self.lds.a_stage(stage), self.a, k_tile)
-        b = self._issuers(self.lds.b_stage(stage), self.b, k_tile)
+    def stage(self, stage: fx.Int32 | int, k_tile: fx.Int32 | int, whole: bool = False) -> Transfers:
+        """Issuers of both operands' DMA transfers of K tile ``k_tile`` into LDS stage ``stage``. ``whole``
+        (pinned: the caller knows the tile lies wholly inside K, ``(k_tile + 1) * tile_k <= K``): no K
+        tail to mask, so a K-major transfer has no select and a K-outer operand no buffer of the tile's
+        own, its tile's first K row in the scalar offset of the whole operand's buffer instead.
+
+        The scalar offset in a buffer's range check or not (AMD documents no raw buffer's check in a
+        way we can test here), a whole tile's loads are the same: a lane's in-range bytes lie inside the
+        operand, and an out-of-bounds one's VGPR offset (2**31) with or without the scalar offset is past
+        the records and short of wrapping (config.MAX_LAUNCH_BYTES)."""
+        a = self._issuers(self.lds.a_stage(stage), self.a, k_tile, whole)
+        b = self._issuers(self.lds.b_stage(stage), self.b, k_tile, whole)
         return Transfers(a + b, a.prepare + b.prepare, (a, b))
 
     def issue(self, stage: int, k_tile: int) -> None:
@@ -1146,9 +1164,25 @@ def gemm_kernel(
         # words were read out of LDS a tile before, and the releases since have waited for every wave's
         # reads) and from there into registers among tile 3's, each into the register of the word it
         # replaces once that one is dead (mx.word_dmas, mx.word_reads, _Mma._in_place).
-        for g in range(0, (k_tiles - 1) // steps, 1):
+        # The groups whose refills lie wholly inside K go first (_Fill.stage's ``whole``: no K tail to mask),
+        # then the last group loop's one, if any, whose refills reach the K tail (or past K: zeros).
+        grouped = (k_tiles - 1) // steps
+        inside = k // p.tile_k  # the K tiles without a tail
+        whole_groups = (inside < 2).select(0, (inside - 2) // steps)
+        whole_groups = (whole_groups < grouped).select(whole_groups, grouped)
+        for g in range(0, whole_groups, 1):
             for j in range_constexpr(steps):
                 t = g * steps + j  # t % 2 == j % 2: the stages are constants here
+                dmas, reads = (), ()
+                if const_expr(j == steps - 2):
+                    dmas = mx.word_dmas(sws, words_lds, g + 1)
+                if const_expr(j == steps - 1):
+                    reads, ahead = mx.word_reads(sws, words_lds)
+                multiply(j % 2, words, fill_stage(j % 2, t + 2, True), (j + 1) % 2, j, dmas=dmas, reads=reads)
+            words = ahead
+        for g in range(whole_groups, grouped, 1):
+            for j in range_constexpr(steps):
+                t = g * steps + j
                 dmas, reads = (), ()
                 if const_expr(j == steps - 2):
                     dmas = mx.word_dmas(sws, words_lds, g + 1)
@@ -1191,17 +1225,20 @@ def gemm_kernel(
         # With the hand-over the loop runs pairs of tiles, unrolled: the stages are constants in each (their
         # bases fold into the fragment reads' and the DMAs' offsets), and each tile's first fragments, read
         # by the tile before, have registers of their own. The loop holds the tiles that refill, 0 ..
-        # k_tiles - 3 (an odd one runs alone after the pairs); tile k_tiles - 2 is the peel, below.
+        # k_tiles - 3; tile k_tiles - 2 is the peel, below. The pairs refill only tiles wholly inside K
+        # (_Fill.stage's ``whole``: no K tail to mask, so no per-tile selects or buffers), and the one or
+        # two tiles left after them run alone, the last K tile's refill among them.
         # Without the hand-over (fp32) every tile but the last is looped.
         paired = 0
         looped = k_tiles - 1
         if const_expr(p.pinned):
             looped = k_tiles - 2
-            paired = (k_tiles < 2).select(0, looped & -2)
+            inside = k // p.tile_k  # the K tiles without a tail
+            paired = (inside < 2).select(0, (inside - 2) & -2)
             for g in range(0, paired, 2):
                 # Tiles g + 2 and g + 3 go into tile g's and g + 1's stages.
-                sums = multiply(0, None, fill_stage(0, g + 2), 1, sums=sums)
-                sums = multiply(1, None, fill_stage(1, g + 3), 0, sums=sums)
+                sums = multiply(0, None, fill_stage(0, g + 2, True), 1, sums=sums)
+                sums = multiply(1, None, fill_stage(1, g + 3, True), 0, sums=sums)
         for t in range(paired, looped, 1):
             if const_expr(p.pinned):
                 # Tile t + 2 goes into tile t's stage.
