@@ -1159,37 +1159,19 @@ def gemm_kernel(
         for issue in first_words[0] + first_words[1]:
             issue()
         mma.issue_first_reads(0)  # tile 0's first fragments; each tile's hand-over reads the next one's
-        # Whole groups, unrolled: tile j of a group reads byte j of its words (op_sel, no shifts). The next
-        # group's words go into LDS among tile 2's MFMAs (published with tile 3's fragments; the group's own
-        # words were read out of LDS a tile before, and the releases since have waited for every wave's
-        # reads) and from there into registers among tile 3's, each into the register of the word it
-        # replaces once that one is dead (mx.word_dmas, mx.word_reads, _Mma._in_place).
-        # The groups whose refills lie wholly inside K go first (_Fill.stage's ``whole``: no K tail to mask),
-        # then the last group loop's one, if any, whose refills reach the K tail (or past K: zeros).
+        # Whole groups, unrolled (_mx_group; a group's words were read out of LDS a tile before the next
+        # group's land there, and the releases since have waited for every wave's reads). The groups whose
+        # refills lie wholly inside K go first (_Fill.stage's ``whole``: no K tail to mask), then the last
+        # group loop's one, if any, whose refills reach the K tail (or past K: zeros).
         grouped = (k_tiles - 1) // steps
         inside = k // p.tile_k  # the K tiles without a tail
         whole_groups = (inside < 2).select(0, (inside - 2) // steps)
         whole_groups = (whole_groups < grouped).select(whole_groups, grouped)
+        mx_group = _mx_group
         for g in range(0, whole_groups, 1):
-            for j in range_constexpr(steps):
-                t = g * steps + j  # t % 2 == j % 2: the stages are constants here
-                dmas, reads = (), ()
-                if const_expr(j == steps - 2):
-                    dmas = mx.word_dmas(sws, words_lds, g + 1)
-                if const_expr(j == steps - 1):
-                    reads, ahead = mx.word_reads(sws, words_lds)
-                multiply(j % 2, words, fill_stage(j % 2, t + 2, True), (j + 1) % 2, j, dmas=dmas, reads=reads)
-            words = ahead
+            words = mx_group(multiply, fill_stage, sws, words_lds, words, g, True)
         for g in range(whole_groups, grouped, 1):
-            for j in range_constexpr(steps):
-                t = g * steps + j
-                dmas, reads = (), ()
-                if const_expr(j == steps - 2):
-                    dmas = mx.word_dmas(sws, words_lds, g + 1)
-                if const_expr(j == steps - 1):
-                    reads, ahead = mx.word_reads(sws, words_lds)
-                multiply(j % 2, words, fill_stage(j % 2, t + 2), (j + 1) % 2, j, dmas=dmas, reads=reads)  # past K: 0s
-            words = ahead
+            words = mx_group(multiply, fill_stage, sws, words_lds, words, g, False)  # past K: 0s
         rest = (k_tiles < 1).select(0, (k_tiles - 1) // steps * steps)  # // floors: K = 0 starts at 0
         # NT (both operands K-outer) keeps its past-K refill: with the peel below it spilled 408 registers.
         peels = p.lhs_k_major or p.rhs_k_major
@@ -1290,6 +1272,27 @@ def gemm_kernel(
     if const_expr(p.epi_rowsum):
         ws = fx.rocdl.make_buffer_tensor(partials, max_size=False)
         rowsum.store(p, sums, ws, row0, m, tid, (bn == 0).select(m, 0))  # the first tile column's
+
+
+def _mx_group(
+    multiply: Callable, fill_stage: Callable, sws: tuple, words_lds: fx.Pointer, words: tuple, g: fx.Int32, whole: bool
+) -> tuple:
+    """MXFP8's loop body, group ``g`` of four K tiles (``gemm_kernel``), each refilling the tile two ahead
+    (``whole``: every one of them inside K, ``_Fill.stage``), and the next group's words, which it
+    returns: tile j reads byte j of its words (op_sel, no shifts); the next group's words go into LDS
+    among tile 2's MFMAs and from there into registers among tile 3's (``mx.word_dmas``,
+    ``mx.word_reads``, ``_Mma._in_place``)."""
+    steps = mx.STEPS_PER_WORD
+    ahead = words
+    for j in range_constexpr(steps):
+        t = g * steps + j  # t % 2 == j % 2: the stages are constants here
+        dmas, reads = (), ()
+        if const_expr(j == steps - 2):
+            dmas = mx.word_dmas(sws, words_lds, g + 1)
+        if const_expr(j == steps - 1):
+            reads, ahead = mx.word_reads(sws, words_lds)
+        multiply(j % 2, words, fill_stage(j % 2, t + 2, whole), (j + 1) % 2, j, dmas=dmas, reads=reads)
+    return ahead
 
 
 def _finish(
