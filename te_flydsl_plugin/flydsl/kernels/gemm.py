@@ -556,8 +556,9 @@ class _Fill:
         tile = fx.make_view(fx.get_iter(operand) + fx.Uint64(fx.Uint32(first)), fx.get_layout(operand))
         return fx.rocdl.make_buffer_tensor(tile, num_records_bytes=fx.Uint32(left))
 
-    def _here(self, k_tile: fx.Int32 | int, *values: fx.Int32 | int) -> list:
-        """``k_tile`` and ``values`` (the wave's LDS base, the tile's scalar offset), for the work done where
+    def _here(self, k_tile: fx.Int32 | int, values: list) -> list:
+        """``values`` of K tile ``k_tile`` (the wave's LDS base, the tile's scalar offset, with a K tail the
+        tile itself), for the work done where
         the hand-over issues the tile: in MXFP8's loop of four tiles they pass through one empty asm
         statement, which stays in order among the MFMAs' asm, so LLVM cannot compute that work ahead and
         hold it in registers. Otherwise it made all four tiles' K-outer buffers at the loop's top (NT's
@@ -566,7 +567,6 @@ class _Fill:
         value in a scalar register of its own (NN's fused dgelu_bgrad spilled 2 SGPRs); now each is one
         ``s_add`` where its DMAs go. The scalar offset, a multiple of the tile, comes in made: made from
         the fenced tile it took a multiply and a shift a tile, where LLVM's induction variable takes an add."""
-        values = [k_tile, *values]
         if const_expr(self._in_loop(k_tile)):
             values = [fx.Int32(v) for v in mfma.fence([fx.as_ir_value(fx.Int32(v)) for v in values], "s", 0)]
         return values
@@ -603,7 +603,9 @@ class _Fill:
                     first = 0
                 elif const_expr(p.pinned and not k_major):
                     first = k_tile * (ld * (p.tile_k * p.elem_bytes))  # inside the launch's span: an int32
-                here, base, first = self._here(k_tile, wave_base, first)
+                # A whole tile's K is in its scalar offset alone: only a K tail's masks need the tile.
+                base, first, *tail = self._here(k_tile, [wave_base, first] + ([] if whole else [k_tile]))
+                here = tail[0] if tail else k_tile
                 buffer = self._k_outer_tile(view, ld, here, bias) if const_expr(k_outer) else src
                 made.append((buffer, here * p.tile_k, first, base))
 
