@@ -558,15 +558,15 @@ class _Fill:
 
     def _here(self, k_tile: fx.Int32 | int, values: list) -> list:
         """``values`` of K tile ``k_tile`` (the wave's LDS base, the tile's scalar offset, with a K tail the
-        tile itself), for the work done where
-        the hand-over issues the tile: in MXFP8's loop of four tiles they pass through one empty asm
-        statement, which stays in order among the MFMAs' asm, so LLVM cannot compute that work ahead and
-        hold it in registers. Otherwise it made all four tiles' K-outer buffers at the loop's top (NT's
-        scalar registers spilled), moved a K-major tile's K-tail selects into the MFMAs before the
-        hand-over (with rhs's refill early, MXFP8 NN's fused epilogues spilled VGPRs), and held every M0
-        value in a scalar register of its own (NN's fused dgelu_bgrad spilled 2 SGPRs); now each is one
-        ``s_add`` where its DMAs go. The scalar offset, a multiple of the tile, comes in made: made from
-        the fenced tile it took a multiply and a shift a tile, where LLVM's induction variable takes an add."""
+        tile itself), for the work done where the hand-over issues the tile: in MXFP8's loop of four tiles
+        they pass through one empty asm statement, which stays in order among the MFMAs' asm, so LLVM
+        cannot compute that work ahead and hold it in registers. Otherwise it made all four tiles' K-outer
+        buffers at the loop's top (NT's scalar registers spilled), moved a K-major tile's K-tail selects
+        into the MFMAs before the hand-over (with rhs's refill early, MXFP8 NN's fused epilogues spilled
+        VGPRs), and held every M0 value in a scalar register of its own (NN's fused dgelu_bgrad spilled 2
+        SGPRs); now each is one ``s_add`` where its DMAs go. The scalar offset, a multiple of the tile,
+        comes in made: made from the fenced tile it took a multiply and a shift a tile, where LLVM's
+        induction variable takes an add."""
         if const_expr(self._in_loop(k_tile)):
             values = [fx.Int32(v) for v in mfma.fence([fx.as_ir_value(fx.Int32(v)) for v in values], "s", 0)]
         return values
