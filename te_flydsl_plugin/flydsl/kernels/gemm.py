@@ -332,7 +332,8 @@ def _tile_coords(num_m: fx.Int32, num_n: fx.Int32, pid: fx.Int32) -> tuple[fx.In
 
 class _Workgroup(NamedTuple):
     """Stage 1, where one workgroup works: its thread, its output tile (``_tile_coords``), the tile's first
-    row and column, and the K tiles the loop runs."""
+    row and column, the K tiles the loop runs, and of them those wholly inside K (no K tail: the tiles the
+    loops refill unmasked, ``_Fill.stage``'s ``whole``)."""
 
     tid: fx.Int32
     bm: fx.Int32
@@ -340,6 +341,7 @@ class _Workgroup(NamedTuple):
     row0: fx.Int32
     col0: fx.Int32
     k_tiles: fx.Int32
+    whole_tiles: fx.Int32
 
 
 def _workgroup(p: GemmParams, m: fx.Int32, n: fx.Int32, k: fx.Int32) -> _Workgroup:
@@ -347,7 +349,7 @@ def _workgroup(p: GemmParams, m: fx.Int32, n: fx.Int32, k: fx.Int32) -> _Workgro
     num_m = (m + p.tile_m - 1) // p.tile_m
     num_n = (n + p.tile_n - 1) // p.tile_n
     bm, bn = _tile_coords(num_m, num_n, fx.block_idx.x)
-    return _Workgroup(tid, bm, bn, bm * p.tile_m, bn * p.tile_n, (k + p.tile_k - 1) // p.tile_k)
+    return _Workgroup(tid, bm, bn, bm * p.tile_m, bn * p.tile_n, (k + p.tile_k - 1) // p.tile_k, k // p.tile_k)
 
 
 class _Lds:
@@ -1130,7 +1132,7 @@ def gemm_kernel(
     # Built here, not passed in: a TiledMma argument would carry the MFMA's state as kernel arguments.
     tiled_mma = make_tiled_mma(p)
     wg = _workgroup(p, m, n, k)
-    tid, bm, bn, row0, col0, k_tiles = wg
+    tid, bm, bn, row0, col0, k_tiles, whole_tiles = wg
     lds = _Lds(p, elem_a, elem_b)
     o_buf = _buffer_now(out)
     extras = _epilogue_buffers(p, bias, aux, partials)
@@ -1166,8 +1168,7 @@ def gemm_kernel(
         # refills lie wholly inside K go first (_Fill.stage's ``whole``: no K tail to mask), then the last
         # group loop's one, if any, whose refills reach the K tail (or past K: zeros).
         grouped = (k_tiles - 1) // steps
-        inside = k // p.tile_k  # the K tiles without a tail
-        whole_groups = (inside < 2).select(0, (inside - 2) // steps)
+        whole_groups = (whole_tiles < 2).select(0, (whole_tiles - 2) // steps)
         whole_groups = (whole_groups < grouped).select(whole_groups, grouped)
         mx_group = _mx_group
         for g in range(0, whole_groups, 1):
@@ -1217,8 +1218,7 @@ def gemm_kernel(
         looped = k_tiles - 1
         if const_expr(p.pinned):
             looped = k_tiles - 2
-            inside = k // p.tile_k  # the K tiles without a tail
-            paired = (inside < 2).select(0, (inside - 2) & -2)
+            paired = (whole_tiles < 2).select(0, (whole_tiles - 2) & -2)
             for g in range(0, paired, 2):
                 # Tiles g + 2 and g + 3 go into tile g's and g + 1's stages.
                 sums = multiply(0, None, fill_stage(0, g + 2, True), 1, sums=sums)
