@@ -14,7 +14,7 @@ from .kernels.config import KernelConfig
 
 def _family() -> tuple[KernelConfig, ...]:
     """Every per-tensor config of the family: 256 x 256 tiles for every kind, 128 x 128 for 16-bit and
-    FP8 TN.
+    FP8 TN, 384 x 256 for bf16 TN into bf16.
 
     256 x 256 runs on 4 waves (2 x 2 waves of 128 x 128: 256 accumulators per lane, pinned in AGPRs,
     kernels/mfma.py) for bf16, fp16 and FP8, and on 8 waves (2 x 4, 128 accumulators per lane) for
@@ -23,6 +23,12 @@ def _family() -> tuple[KernelConfig, ...]:
     KiB of LDS, so two waves a SIMD): their K loops come within 1.004x (bf16) and 1.000x (FP8) of the
     MFMA floor under llvm-mca, against 1.203x and 1.117x for one wave of the 8-wave tiles before, and the
     timing model predicts them as fast or faster on every shape tried (docs/kernels.md).
+
+    384 x 256 (bf16 TN, TE's fprop into its activation dtype) moves 1.25x a 256 x 256 tile's bytes for
+    1.5x its FLOPs: 384 accumulators a lane, 256 in AGPRs and 128 in arch VGPRs (``mfma.acc_file``),
+    with B fragments read two repetitions ahead inside each K chunk to make room (``gemm._rotates_b``)
+    and all 160 KiB of LDS. One kind only: each config costs about 6 s of the cold ``precompile``, and
+    the other kinds' wide tiles are not built (docs/kernels.md, "384 x 256 for bf16 TN").
     """
     F = Format
     out = [F.FP32, F.BF16, F.FP16]
@@ -41,7 +47,9 @@ def _family() -> tuple[KernelConfig, ...]:
         for c in cfgs
         if c.lhs_k_major and c.rhs_k_major and c.lhs_format is not F.FP32
     ]
-    return tuple(cfgs + small)
+    # 384 x 256 where its rounds of workgroups move fewer bytes (select.py).
+    wide = [KernelConfig(F.BF16, F.BF16, True, True, F.BF16, tile_m=384, waves=4)]
+    return tuple(cfgs + small + wide)
 
 
 def _mx_family() -> tuple[KernelConfig, ...]:

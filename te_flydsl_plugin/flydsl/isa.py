@@ -19,6 +19,7 @@ from ..spec import Format
 from . import kloop, matrix
 from .compiled import compile_config
 from .family import BACKED
+from .kernels import mfma
 from .kernels.config import KernelConfig
 
 LDS_BUDGET = 160 * 1024
@@ -40,6 +41,15 @@ EXPECTED_MFMA = {
 def accumulators(cfg: KernelConfig) -> int:
     """fp32 accumulator registers per lane: the wave's share of the output tile (one per element)."""
     return cfg.tile_m * cfg.tile_n // (cfg.waves * 64)  # 64 lanes per wave
+
+
+def accumulator_files(cfg: KernelConfig) -> tuple[int, int]:
+    """(AGPRs, arch VGPRs) the accumulators take: pinned, the AGPRs first and the rest in arch VGPRs
+    (``mfma.acc_file``); else all arch VGPRs (LLVM's own MFMAs)."""
+    total = accumulators(cfg)
+    if not cfg.agpr_accumulators:
+        return 0, total
+    return min(total, mfma.AGPRS), total - min(total, mfma.AGPRS)
 
 
 _MOVES = ("v_accvgpr_read_b32", "v_accvgpr_write_b32", "v_accvgpr_mov_b32")
@@ -97,10 +107,10 @@ def isa_report(cfg: KernelConfig, arch: str = "gfx950") -> dict[str, Any]:
     Checks: the expected MFMA opcode occurs, no scratch, no spills, static LDS within 160 KiB,
     VGPR + AGPR within 512 (``vgpr`` is the total, ``agpr`` its AGPR part), and ``accumulators``: the
     K loop's MFMAs accumulate in place (D is C) into exactly the config's :func:`accumulators`
-    registers, all AGPRs where ``cfg.agpr_accumulators`` (kernels/mfma.py pins them) and all arch
-    VGPRs otherwise, and no loop moves a register between the files, and ``wait_states``: no path through
-    the kernel breaks gfx950's wait-state rules (the emulator's rules, checked on every path without
-    running: ``emulator/static_wait_states.py``; ``wait_state_hazards`` lists what breaks them).
+    registers, split between the files as :func:`accumulator_files` says, and no loop moves a register
+    between the files, and ``wait_states``: no path through the kernel breaks gfx950's wait-state rules
+    (the emulator's rules, checked on every path without running: ``emulator/static_wait_states.py``;
+    ``wait_state_hazards`` lists what breaks them).
     ``ok`` is True when all hold.
     ``kloop`` is the K-loop report (kloop.py: counts, XDL floor, llvm-mca cycles); it checks nothing.
     """
@@ -122,8 +132,7 @@ def isa_report(cfg: KernelConfig, arch: str = "gfx950") -> dict[str, Any]:
         "accumulators": acc["loops"] > 0
         and acc["loop_moves"] == 0
         and acc["not_in_place"] == 0
-        and acc["agpr_accumulators" if cfg.agpr_accumulators else "vgpr_accumulators"] == accumulators(cfg)
-        and acc["vgpr_accumulators" if cfg.agpr_accumulators else "agpr_accumulators"] == 0,
+        and (acc["agpr_accumulators"], acc["vgpr_accumulators"]) == accumulator_files(cfg),
         "wait_states": not hazards,
     }
     return {

@@ -230,3 +230,15 @@ def test_strided_output_view() -> None:
     # A window one element off the 4-column grid would make every vector store misaligned: refused.
     with pytest.raises(ValueError, match="multiples of 4 elements"):
         executors.run(dataclasses.replace(plan, out=wide[:, 29:69]), "emulator")
+
+
+@pytest.mark.parametrize(("m", "n", "k_tiles"), [(800, 300, 7), (384, 256, 6)], ids=["edges-7tiles", "whole-6tiles"])
+def test_384_x_256_runs_its_vgpr_accumulators_and_rotating_b(m: int, n: int, k_tiles: int) -> None:
+    """bf16 TN 384 x 256 (family.py): 384 accumulators a lane, the last 128 in arch VGPRs (``mfma.acc_file``),
+    and B (lhs) fragments read two repetitions ahead inside each of a tile's two K chunks
+    (``gemm._rotates_b``): tiles along M with an edge (800 rows: two whole tiles and 32 rows), the loop's
+    pairs, the odd tile, the peel and a K tail; and one whole tile with 6 K tiles, no tail."""
+    cfg = KernelConfig(Format.BF16, Format.BF16, True, True, Format.BF16, tile_m=384, waves=4)
+    assert cfg in family.BACKED
+    k = k_tiles * cfg.tile_k - (0 if m == 384 else cfg.tile_k - 3 * _k_unit(cfg))
+    _run_and_check(cfg, m, n, k, 0.5, 0.75)

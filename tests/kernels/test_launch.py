@@ -113,10 +113,35 @@ def test_select_picks_a_backed_config(fmt: Format, tile_k: int, k_major: tuple[b
         assert got in family.BACKED
         small_grid = -(-m // 256) * -(-n // 256) < select.SMALL_GRID
         small = small_grid and all(k_major) and fmt is not Format.FP32
-        # 256 x 256 and 128 x 128 run on 4 waves (AGPR accumulators), fp32 on 8 (LLVM's MFMAs).
+        # 256 x 256 and 128 x 128 run on 4 waves (AGPR accumulators), fp32 on 8 (LLVM's MFMAs); bf16 TN's
+        # 384 x 256 where its rounds of 256 tiles move fewer bytes (32768 x 59136: 78 rounds of 640 rows
+        # a K step against 116 of 512).
         waves = 8 if fmt is Format.FP32 else 4
-        tile = (128, 128) if small else (256, 256)
+        wide = fmt is Format.BF16 and all(k_major) and (m, n) == (32768, 59136)
+        tile = (128, 128) if small else (384, 256) if wide else (256, 256)
         assert (got.tile_m, got.tile_n, got.tile_k, got.waves) == (*tile, tile_k, waves)
+
+
+@pytest.mark.parametrize(
+    ("m", "n", "tile_m"),
+    [
+        (8192, 8192, 384),  # 704 tiles in 3 rounds of 640 rows, against 1024 in 4 of 512
+        (8192, 14336, 384),  # 1232 in 5, against 1792 in 7
+        (8192, 4096, 256),  # 352 tiles in 2 rounds, as many as 256 x 256's 512: more bytes a round
+        (8192, 6144, 256),  # 528 in 3, 768 in 3
+        (384, 256 * 256, 384),  # M of 384: one row of 256 tiles in 1 round, against two rows in 2
+    ],
+)
+def test_select_takes_384_x_256_where_its_rounds_move_fewer_bytes(m: int, n: int, tile_m: int) -> None:
+    """bf16 TN only (the one kind with a 384 x 256 config); fp16 and other layouts keep 256 x 256."""
+    bf16 = KernelConfig(Format.BF16, Format.BF16, True, True, Format.BF16)
+    assert select.select(bf16, m, n, 4096).tile_m == tile_m
+    for other in (
+        dataclasses.replace(bf16, lhs_format=Format.FP16, rhs_format=Format.FP16, out_format=Format.FP16),
+        dataclasses.replace(bf16, rhs_k_major=False),
+        dataclasses.replace(bf16, out_format=Format.FP32),
+    ):
+        assert select.select(other, m, n, 4096).tile_m == 256
 
 
 def test_select_ignores_k() -> None:

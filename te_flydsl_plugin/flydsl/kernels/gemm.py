@@ -774,12 +774,14 @@ class _Mma:
         self.thr_copy_lhs = fx.make_tiled_copy_B(self.s2r_lhs, tiled_mma).get_slice(tid)
         self.frag_rhs = self.thr_mma.make_fragment_A(fx.make_view(lds.b, lds.b_layout))
         self.frag_lhs = self.thr_mma.make_fragment_B(fx.make_view(lds.a, lds.a_layout))
-        # With one K chunk (FP8, MXFP8) B fragment j + b_ahead is read at B repetition j's start, and the
-        # hand-over starts b_ahead repetitions before the tile's end. Two ahead gives the next tile's first
+        # With B rotating (``_rotates_b``: one K chunk, FP8 and MXFP8; or each of the 384 x 256 tile's two)
+        # B fragment j + b_ahead is read at B repetition j's start, and the hand-over starts b_ahead
+        # repetitions before the tile's end. Two ahead gives the next tile's first
         # reads, issued after the publish, a whole repetition (8 MFMAs) to land; one ahead left them the
         # last 3 MFMAs, and each tile's first MFMA waited about 200 clocks for them (docs/kernels.md).
         b_reps = fx.size(self.frag_lhs.shape[1]).get_static_leaf_int
-        self.b_ahead = 2 if self.k_chunks == 1 and b_reps > 2 else 1
+        self.rotate_b = _rotates_b(p)
+        self.b_ahead = 2 if self.rotate_b and b_reps > 2 else 1
         out_tile = fx.make_view(fx.get_iter(o_buf), fx.make_layout((p.tile_n, p.tile_m), (1, p.tile_n)))
         self.acc = self.thr_mma.make_fragment_C(out_tile)
         self.frag_rhs_copy = self.thr_copy_rhs.retile(self.frag_rhs)
@@ -814,10 +816,10 @@ class _Mma:
 
     def first_reads(self, stage: fx.Int32 | int) -> list[Callable[[], None]]:
         """Issuers of the fragments a tile's first MFMAs need from LDS stage ``stage``: chunk 0's, both
-        operands; with one K chunk A's and B's first ``b_ahead`` repetitions (its other B repetitions are
+        operands; with B rotating A's and B's first ``b_ahead`` repetitions (its other B repetitions are
         read during the MFMAs, ``b_ahead`` ahead)."""
         a_reads, b_reads = self.reads(stage, 0)
-        return a_reads + (b_reads if self.k_chunks > 1 else b_reads[: self.b_ahead])
+        return a_reads + (b_reads[: self.b_ahead] if self.rotate_b else b_reads)
 
     def issue_first_reads(self, stage: fx.Int32 | int) -> None:
         """Issue :meth:`first_reads` of LDS stage ``stage`` now."""
@@ -842,8 +844,8 @@ class _Mma:
         read (by the tile before's hand-over, or the prologue). MXFP8 passes its (rhs, lhs) scale ``words``
         and the ``byte`` of them that scales this tile. ``epilogue`` (the last tile: the groups' issuers,
         ``epilogue.store_groups``) stores each group as its MFMAs finish: group g's head with the first
-        MFMA of group g + 1, its blocks one an MFMA after it (one K chunk: row groups, B repetition by B
-        repetition; two: column groups, the last chunk A repetition by A repetition). MXFP8's next scale
+        MFMA of group g + 1, its blocks one an MFMA after it (B rotating: row groups, B repetition by B
+        repetition; otherwise column groups, the last chunk A repetition by A repetition). MXFP8's next scale
         words: ``dmas`` (into LDS, ``mx.word_dmas``) go out one an MFMA before the early release, older
         than the whole refill, so the publish's ``vmcnt`` waits for them too and its count stays the
         refill's; ``reads`` (into registers, ``mx.word_reads``), in a tile after that publish, each where
@@ -866,9 +868,11 @@ class _Mma:
             return sums
 
         # The MFMAs run B-repetition by B-repetition (kernels/mfma.py), and what they read is issued
-        # among them: with several K chunks, chunk kc + 1's fragments during chunk kc; with one, each B
-        # fragment b_ahead repetitions before its own (so A's and b_ahead + 1 of B's are live).
-        b_reads = self.reads(stage, 0)[1]
+        # among them: with several K chunks, chunk kc + 1's fragments during chunk kc; with B rotating, each
+        # B fragment b_ahead repetitions before its own (so A's and b_ahead + 1 of B's are live), and
+        # during chunk kc only chunk kc + 1's A and first b_ahead B fragments.
+        rot = self.rotate_b
+        b_reads_of = [self.reads(stage, kc)[1] for kc in range(k_chunks)]
         b_reps = fx.size(self.frag_lhs.shape[1]).get_static_leaf_int
         a_reps = fx.size(self.frag_rhs.shape[1]).get_static_leaf_int
         tile_sums = None
@@ -876,19 +880,14 @@ class _Mma:
             if const_expr(k_chunks == 1):
                 raise ValueError(f"{p.name}: bgrad's row sums are read in a tile's first K chunk, before its last")
             tile_sums = rowsum.Tile(p, sums, self.lds.a_stage(stage), self.lds.a_layout, self.elem_a, self.tid)
-        taken = None
-        if const_expr(bool(epilogue) and k_chunks == 1):
-            # The last tile's B fragments are all read at its start (none is read for a next tile), and
-            # their operands taken at once: held as fragments across the epilogue's beta branches, 8-bit
-            # ones went to one register a byte, put back together by VALU before each MFMA.
-            taken = {j: mfma.operand(self.frag_lhs[None, j, 0], p.lhs_elem) for j in range(self.b_ahead)}
-            for j in range(self.b_ahead, b_reps):
-                b_reads[j]()
-                taken[j] = mfma.operand(self.frag_lhs[None, j, 0], p.lhs_elem)
+        # The last tile's last-chunk B fragments are all read at that chunk's start (none is read for a next
+        # tile), and their operands taken at once: held as fragments across the epilogue's beta branches,
+        # 8-bit ones went to one register a byte, put back together by VALU before each MFMA.
+        taken = {} if const_expr(bool(epilogue) and rot) else None
         hand_over, early = [], []
         if const_expr(next_stage is not None):
-            if const_expr(bool(fills) and k_chunks == 1):
-                # One K chunk: the tile's A (rhs) fragments were all read before it started (first_reads), so
+            if const_expr(bool(fills) and rot):
+                # B rotating: the last chunk's A (rhs) fragments were all read before it started, so
                 # its rhs stage is released early, once the first B repetition is under way, and rhs's refill
                 # goes out then; only lhs's waits for the hand-over. Both at the hand-over, tile t + 2's DMA
                 # had a tile's time to cross the port behind tile t + 1's: FP8 TN took 2322 clocks a tile at
@@ -905,19 +904,19 @@ class _Mma:
             # The peel refills nothing: no release either.
             hand_over += [functools.partial(_publish, len(fills)), *self.first_reads(next_stage)]
         # Where the hand-over starts in the last K chunk. With a refill: as soon as this tile's stage is
-        # read (two chunks: the chunk's start; one: B repetition b_reps - b_ahead). The peel has none to
+        # read (two chunks: the chunk's start; B rotating: B repetition b_reps - b_ahead). The peel has none to
         # hurry, and its publish waits for the last tile to land: as late as leaves the last tile's first
         # reads, one an MFMA after it, _LAND_MFMAS MFMAs to land (the publish at the chunk's start left
         # its whole last chunk behind that wait, 270 clocks a tile at 22 B/clock).
         if const_expr(fills or next_stage is None):
-            at = 0 if k_chunks > 1 else (b_reps - self.b_ahead) * a_reps
+            at = (b_reps - self.b_ahead) * a_reps if rot else 0
         else:
             at = max(0, a_reps * b_reps - len(hand_over) - _LAND_MFMAS)
         # The epilogue's groups (the last tile): group g's head (its loads and fence) with the first MFMA of
         # group g + 1, then its blocks one an MFMA, so the VALU work of the stores fills the MFMAs' shadow
         # (a whole group at once left the XDL idle while it issued, and the next group's MFMAs back to
         # back: slower than after the loop wherever a CU's bandwidth share exceeds 24 B/clock).
-        per_group = a_reps if k_chunks == 1 else b_reps
+        per_group = a_reps if rot else b_reps
         pending: dict[int, list] = {}
         epilogue_at = []
         for g in range(len(epilogue) - 1):
@@ -938,7 +937,7 @@ class _Mma:
         # holds no MFMA back, and no gap of the last chunk gets two issuers.
         total = a_reps * b_reps
         head = []
-        if const_expr(k_chunks > 1 and bool(fills) and tile_sums is None and len(hand_over) >= total):
+        if const_expr(not rot and bool(fills) and tile_sums is None and len(hand_over) >= total):
             head, hand_over = hand_over[: len(hand_over) - total + 1], hand_over[len(hand_over) - total + 1 :]
         merged = hand_over if at == 0 else []  # the hand-over the last chunk's sums go out with
         if const_expr(tile_sums is not None):
@@ -947,18 +946,26 @@ class _Mma:
             first = min(max(first, 0), len(adds))
             sums_at = [reads_0 + adds[:first], adds[first:]]
         for kc in range_constexpr(k_chunks):
-            later = [issue for side in self.reads(stage, kc + 1) for issue in side] if kc + 1 < k_chunks else []
+            later = []
             if const_expr(kc + 1 < k_chunks):
+                a_next, b_next = self.reads(stage, kc + 1)
+                later = a_next + (b_next[: self.b_ahead] if rot else b_next)
                 later = self._interleave(later, sums_at[kc])
-            upcoming = [(0, b_reads[self.b_ahead :] if k_chunks == 1 else later)]
+            upcoming = [(0, b_reads_of[kc][self.b_ahead :]), (0, later)] if rot else [(0, later)]
             if const_expr(bool(head) and kc == k_chunks - 2):
                 start = total - len(head)
                 if const_expr(start < len(later) + _LAND_MFMAS):
                     raise ValueError(f"{p.name}: the hand-over's head does not fit after the chunk's reads")
                 upcoming = [(0, later, len(later) + 1), (start, head, total + 1)]
-            a_outer = const_expr(bool(epilogue) and k_chunks > 1 and kc == k_chunks - 1)
-            if const_expr(bool(epilogue) and (k_chunks == 1 or a_outer)):
-                # Two chunks: the last one runs column group by column group (A repetition outer; its
+            a_outer = const_expr(bool(epilogue) and not rot and kc == k_chunks - 1)
+            if const_expr(bool(epilogue) and rot and kc == k_chunks - 1):
+                for j in range(b_reps):
+                    if const_expr(j >= self.b_ahead):
+                        b_reads_of[kc][j]()
+                    taken[j] = mfma.operand(self.frag_lhs[None, j, kc], p.lhs_elem)
+            if const_expr(bool(epilogue) and ((rot and kc == k_chunks - 1) or a_outer)):
+                # B rotating: row groups, the last chunk's B fragments read at its start (above). Two chunks
+                # otherwise: the last one runs column group by column group (A repetition outer; its
                 # fragments were all read during chunk 0).
                 upcoming = [*epilogue_at, (0, sums_at[kc])]
             elif const_expr(kc == k_chunks - 1):
@@ -981,7 +988,7 @@ class _Mma:
                 upcoming,
                 byte,
                 a_outer,
-                taken,
+                taken if kc == k_chunks - 1 else None,
                 p.mx and not p.rhs_k_major,  # A (rhs) from transposing 8-bit reads: VALU-assembled
             )
         if const_expr(bool(epilogue)):
@@ -1307,14 +1314,22 @@ def _finish(
     sums: fx.Vector | None = None,
 ) -> fx.Vector | None:
     """The epilogue (``epilogue.store_tile``'s arguments in ``tile``): with ``overlap``, the last tile's
-    MFMAs with the groups among them (row groups with one K chunk) and bgrad's ``sums``, returned with
+    MFMAs with the groups among them (row groups with B rotating: ``_rotates_b``) and bgrad's ``sums``, returned with
     the tile's added; else after the last tile (multiplied already)."""
     if const_expr(overlap):
         p = tile[0]
-        groups = epilogue.store_groups(*tile, reads_out, rows=p.tile_k == p.mma_k)
+        groups = epilogue.store_groups(*tile, reads_out, rows=_rotates_b(p))
         return multiply(stage, words, epilogue=groups, sums=sums)
     epilogue.store_tile(*tile, reads_out)
     return sums
+
+
+def _rotates_b(p: GemmParams) -> bool:
+    """Whether a tile's B fragments are read b_ahead repetitions ahead of their MFMAs, chunk by chunk
+    (one K chunk; or accumulators past the AGPRs, whose arch VGPRs leave no room for two chunks' fragments),
+    and its epilogue runs by row groups."""
+    a_reps, b_reps = p.tile_n // (p.n_waves * 16), p.tile_m // (p.m_waves * 16)
+    return p.tile_k == p.mma_k or 4 * a_reps * b_reps > mfma.AGPRS
 
 
 def make_tiled_mma(p: GemmParams) -> fx.TiledMma:

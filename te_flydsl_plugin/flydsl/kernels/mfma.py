@@ -27,6 +27,10 @@ keeps its wait states is checked on every path of every config's machine code (`
 that is how a ``v_perm_b32`` one wait state before an MFMA was found in the MXFP8 NT kernels, when the
 fragments still had a fence.
 
+A tile with more accumulators than AGPRs (384 x 256: 384 a lane) keeps the rest in arch VGPRs
+(:func:`acc_file`, the constraint ``"=v,v,v,0"``): they too accumulate in place, and go through the
+same fences by file.
+
 The MMA's A operand is the output-column side and B the output-row side (``gemm.make_tiled_mma``):
 the MFMA computes ``out^T`` per 16 x 16 block, so a lane's four accumulators of one block are four
 consecutive output columns of one row, which the epilogue stores as one vector.
@@ -57,6 +61,13 @@ SCALED_MNEMONIC = "v_mfma_scale_f32_16x16x128_f8f6f4"
 # MFMA-read one.
 RESULT_WAIT_STATES = 24
 OPERAND_WAIT_STATES = 2
+# AccVGPRs a lane has (AMD CDNA3 ISA: a0 - a255); accumulator blocks past them live in arch VGPRs.
+AGPRS = 256
+
+
+def acc_file(i: int, j: int, a_reps: int) -> str:
+    """The register file of accumulator block ``(i, j)``: AGPRs for the first 256 registers, then VGPRs."""
+    return "a" if 4 * (i + a_reps * j) < AGPRS else "v"
 
 
 def mnemonic(a_elem: str, b_elem: str, mx: bool) -> str:
@@ -173,7 +184,8 @@ def gemm(
         if const_expr(mx):
             ops += [fx.as_ir_value(words[0][i]), fx.as_ir_value(words[1][j])]
         ops.append(fx.as_ir_value(c.load()))
-        d = llvm.inline_asm(f32x4, ops, text, constraints, has_side_effects=True)
+        cons = constraints if acc_file(i, j, a_reps) == "a" else constraints.replace("=a", "=v")
+        d = llvm.inline_asm(f32x4, ops, text, cons, has_side_effects=True)
         c.store(Vector(d, (4,), fx.Float32))
     for nth in sorted(n for n in slots if n >= total):  # placed past the last MFMA: after it
         for issue in slots[nth]:
@@ -216,14 +228,17 @@ def fence_accumulators(
     a_reps = fx.size(acc.shape[1]).get_static_leaf_int
     b_reps = fx.size(acc.shape[2]).get_static_leaf_int
     a_sel, b_sel = group
-    blocks = [
-        acc[None, i, j]
+    coords = [
+        (i, j)
         for i in (range_constexpr(a_reps) if a_sel is None else (a_sel,))
         for j in (range_constexpr(b_reps) if b_sel is None else (b_sel,))
     ]
-    fenced = fence([fx.as_ir_value(b.load()) for b in blocks], "a", wait_states)
-    for b, v in zip(blocks, fenced, strict=True):
-        b.store(Vector(v, (4,), fx.Float32))
+    for file in ("a", "v"):
+        blocks = [acc[None, i, j] for i, j in coords if acc_file(i, j, a_reps) == file]
+        if blocks:
+            fenced = fence([fx.as_ir_value(b.load()) for b in blocks], file, wait_states)
+            for b, v in zip(blocks, fenced, strict=True):
+                b.store(Vector(v, (4,), fx.Float32))
 
 
 def fence_words(words: list[fx.Int32], wait_states: int = OPERAND_WAIT_STATES) -> list[fx.Int32]:

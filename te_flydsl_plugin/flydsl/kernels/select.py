@@ -21,6 +21,12 @@ default tiles) and its M, N, K. The answer is always a config of the family:
    latency, the kernel issues each K chunk's fragment reads among the previous chunk's MFMAs.
    Nothing was measured on gfx950: ``te-flydsl-plugin bench`` on hardware decides. 128 x 128 tiles
    run on 4 waves too (2 x 2 waves of 64 x 64; two workgroups a CU, so two waves a SIMD: family.py).
+4. Where a 384 x 256 config of the kind is backed (bf16 TN: 384 accumulators a lane, 128 of them in
+   arch VGPRs, kernels/mfma.py), it replaces 256 x 256 when its rounds of ``CUS`` workgroups times its
+   bytes a K step, ``tile_m + tile_n`` rows, come out smaller: the tiles are fabric-bound in the timing
+   model (docs/perf-model.md), so a round takes about its bytes, and 384 x 256 moves 1.25x the bytes
+   for 1.5x the FLOPs, but more of its last round can stand idle (8192 x 4096 x 4096: 352 tiles, 2
+   rounds, against 512 tiles in 2). Ties keep 256 x 256. Predicted, not measured (docs/kernels.md).
 
 Only configs in ``family.BACKED`` are chosen beyond the default, so the heuristic never picks a
 kernel that was not compiled, ISA-checked and run in the emulator.
@@ -46,8 +52,13 @@ TILE_K = {
 }
 
 
-def _tiles(m: int, n: int, tile: int) -> int:
-    return -(-m // tile) * -(-n // tile)
+def _tiles(m: int, n: int, tile_m: int, tile_n: int) -> int:
+    return -(-m // tile_m) * -(-n // tile_n)
+
+
+def _rounds_bytes(m: int, n: int, tile_m: int, tile_n: int) -> int:
+    """Rounds of ``CUS`` workgroups times the rows a workgroup loads a K step (rule 4)."""
+    return -(-_tiles(m, n, tile_m, tile_n) // CUS) * (tile_m + tile_n)
 
 
 def select(cfg: KernelConfig, m: int, n: int, k: int) -> KernelConfig:
@@ -59,7 +70,10 @@ def select(cfg: KernelConfig, m: int, n: int, k: int) -> KernelConfig:
     big = dataclasses.replace(cfg, tile_m=256, tile_n=256, tile_k=tile_k, waves=4)
     if big not in BACKED:
         big = dataclasses.replace(big, waves=8)
-    if _tiles(m, n, 256) >= SMALL_GRID:
+    if _tiles(m, n, 256, 256) >= SMALL_GRID:
+        wide = dataclasses.replace(big, tile_m=384)
+        if wide in BACKED and _rounds_bytes(m, n, 384, 256) < _rounds_bytes(m, n, 256, 256):
+            return wide
         return big
     small = dataclasses.replace(big, tile_m=128, tile_n=128, waves=4)
     return small if small in BACKED else big
