@@ -872,7 +872,7 @@ class _Mma:
         # B fragment b_ahead repetitions before its own (so A's and b_ahead + 1 of B's are live), and
         # during chunk kc only chunk kc + 1's A and first b_ahead B fragments.
         rot = self.rotate_b
-        b_reads_of = [self.reads(stage, kc)[1] for kc in range(k_chunks)]
+        reads_of = [self.reads(stage, kc) for kc in range(k_chunks)]  # (A, B) issuers by chunk
         b_reps = fx.size(self.frag_lhs.shape[1]).get_static_leaf_int
         a_reps = fx.size(self.frag_rhs.shape[1]).get_static_leaf_int
         tile_sums = None
@@ -948,10 +948,10 @@ class _Mma:
         for kc in range_constexpr(k_chunks):
             later = []
             if const_expr(kc + 1 < k_chunks):
-                a_next, b_next = self.reads(stage, kc + 1)
+                a_next, b_next = reads_of[kc + 1]
                 later = a_next + (b_next[: self.b_ahead] if rot else b_next)
                 later = self._interleave(later, sums_at[kc])
-            upcoming = [(0, b_reads_of[kc][self.b_ahead :]), (0, later)] if rot else [(0, later)]
+            upcoming = [(0, reads_of[kc][1][self.b_ahead :]), (0, later)] if rot else [(0, later)]
             if const_expr(bool(head) and kc == k_chunks - 2):
                 start = total - len(head)
                 if const_expr(start < len(later) + _LAND_MFMAS):
@@ -961,7 +961,7 @@ class _Mma:
             if const_expr(bool(epilogue) and rot and kc == k_chunks - 1):
                 for j in range(b_reps):
                     if const_expr(j >= self.b_ahead):
-                        b_reads_of[kc][j]()
+                        reads_of[kc][1][j]()
                     taken[j] = mfma.operand(self.frag_lhs[None, j, kc], p.lhs_elem)
             if const_expr(bool(epilogue) and ((rot and kc == k_chunks - 1) or a_outer)):
                 # B rotating: row groups, the last chunk's B fragments read at its start (above). Two chunks
