@@ -1329,7 +1329,7 @@ def _rotates_b(p: GemmParams) -> bool:
     (one K chunk; or accumulators past the AGPRs, whose arch VGPRs leave no room for two chunks' fragments),
     and its epilogue runs by row groups."""
     a_reps, b_reps = p.tile_n // (p.n_waves * 16), p.tile_m // (p.m_waves * 16)
-    return p.tile_k == p.mma_k or 4 * a_reps * b_reps > mfma.AGPRS
+    return p.tile_k == p.mma_k or mfma.acc_file(a_reps - 1, b_reps - 1, a_reps) == "v"  # its last block
 
 
 def make_tiled_mma(p: GemmParams) -> fx.TiledMma:
