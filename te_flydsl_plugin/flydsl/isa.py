@@ -15,6 +15,7 @@ from typing import Any
 
 from .. import archs, llvm
 from ..emulator import static_wait_states
+from ..emulator.decode import Inst
 from ..spec import Format
 from . import kloop, matrix
 from .compiled import compile_config
@@ -55,16 +56,16 @@ def accumulator_files(cfg: KernelConfig) -> tuple[int, int]:
 _MOVES = ("v_accvgpr_read_b32", "v_accvgpr_write_b32", "v_accvgpr_mov_b32")
 
 
-def accumulator_report(text: str) -> dict[str, int]:
-    """Where a kernel's MFMAs accumulate in its K loops, read off its one-kernel disassembly ``text``
-    (decoded by the emulator's decoder; a loop runs from a backward branch's target to the branch).
+def accumulator_report(insts: list[Inst]) -> dict[str, int]:
+    """Where a kernel's MFMAs accumulate in its K loops, read off its decoded one-kernel disassembly
+    ``insts`` (``kloop.instructions``; a loop runs from a backward branch's target to the branch).
 
     ``agpr_accumulators`` / ``vgpr_accumulators``: distinct AGPRs / arch VGPRs that MFMAs inside loops
     write; ``not_in_place``: loop MFMAs whose D is not their C (the accumulator moves to other
     registers each iteration); ``loop_moves``: ``v_accvgpr_read/write/mov`` inside a loop (registers
     moved between the files in the K loop); ``loops``: how many loops.
     """
-    bodies = [lp.body for lp in kloop.loops(kloop.instructions(text))]
+    bodies = [lp.body for lp in kloop.loops(insts)]
     regs: dict[str, set[int]] = {"a": set(), "v": set()}
     not_in_place = moves = 0
     for body in bodies:
@@ -83,18 +84,15 @@ def accumulator_report(text: str) -> dict[str, int]:
     }
 
 
-def code_report(text: str) -> dict[str, Any]:
-    """Instruction counts of a one-kernel disassembly ``text``: what the epilogue costs, and whether the
-    K loop stayed as it was.
+def code_report(insts: list[Inst]) -> dict[str, Any]:
+    """Instruction counts of a decoded one-kernel disassembly ``insts``: what the epilogue costs, and
+    whether the K loop stayed as it was.
 
     ``loop_insts``: instructions per iteration of each loop (a backward branch's target to the branch),
     in code order; ``epilogue_insts``: instructions after the last loop's branch, to the end of the
     kernel (per wave, static: code that both sides of a branch hold is counted once per side, so the
     plain epilogue's two bodies, beta 0 and beta != 0, are both in it).
     """
-    from ..emulator.decode import decode_text
-
-    insts = [i for kernel in decode_text(text).values() for i in kernel]
     loops = [b for b in insts if b.branch_target is not None and b.branch_target <= b.address]
     sizes = [sum(1 for i in insts if b.branch_target <= i.address <= b.address) for b in loops]
     end = max((b.address for b in loops), default=-1)
@@ -119,9 +117,11 @@ def isa_report(cfg: KernelConfig, arch: str = "gfx950") -> dict[str, Any]:
     mfma = EXPECTED_MFMA[cfg.lhs_format]
     text = llvm.disassemble(ck.code_object, arch)
     mfma_count = len(re.findall(rf"^\s+{mfma}\s", text, re.M))
-    acc = accumulator_report(text)
-    code = code_report(text)
+    # Decoded once for every report below: decoding took about 0.5 s a config each time (1.5 of the
+    # 2.3 s a cached config's report took, three decodes).
     insts = kloop.instructions(text)
+    acc = accumulator_report(insts)
+    code = code_report(insts)
     hazards = static_wait_states.check(insts, ck.kernel)
     checks = {
         "mfma": mfma_count > 0,

@@ -104,7 +104,7 @@ def test_accumulator_report_sees_moves_in_loops_only() -> None:
 \tv_mfma_f32_16x16x32_bf16 a[16:19], v[0:3], v[4:7], 0 // 000000001924: D3B58010 02020900
 \tv_accvgpr_read_b32 v12, a0                // 00000000192C: D3D8400C 18000100
 """
-    rep = isa.accumulator_report(text)
+    rep = isa.accumulator_report(kloop.instructions(text))
     assert rep == {"agpr_accumulators": 4, "vgpr_accumulators": 4, "not_in_place": 1, "loop_moves": 1, "loops": 1}
 
 
