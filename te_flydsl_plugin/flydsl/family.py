@@ -14,7 +14,7 @@ from .kernels.config import KernelConfig
 
 def _family() -> tuple[KernelConfig, ...]:
     """Every per-tensor config of the family: 256 x 256 tiles for every kind, 128 x 128 for 16-bit and
-    FP8 TN, 384 x 256 for bf16 TN into bf16.
+    FP8 TN, 384 x 256 for bf16 and fp16 (TN, NN, NT) into the activation dtype.
 
     256 x 256 runs on 4 waves (2 x 2 waves of 128 x 128: 256 accumulators per lane, pinned in AGPRs,
     kernels/mfma.py) for bf16, fp16 and FP8, and on 8 waves (2 x 4, 128 accumulators per lane) for
@@ -24,11 +24,13 @@ def _family() -> tuple[KernelConfig, ...]:
     MFMA floor under llvm-mca, against 1.203x and 1.117x for one wave of the 8-wave tiles before, and the
     timing model predicts them as fast or faster on every shape tried (docs/kernels.md).
 
-    384 x 256 (bf16 TN, TE's fprop into its activation dtype) moves 1.25x a 256 x 256 tile's bytes for
-    1.5x its FLOPs: 384 accumulators a lane, 256 in AGPRs and 128 in arch VGPRs (``mfma.acc_file``),
-    with B fragments read two repetitions ahead inside each K chunk to make room (``gemm._rotates_b``)
-    and all 160 KiB of LDS. One kind only: each config costs about 6 s of the cold ``precompile``, and
-    the other kinds' wide tiles are not built (docs/kernels.md, "384 x 256 for bf16 TN").
+    384 x 256 (16-bit fprop, dgrad and wgrad into TE's activation dtype) moves 1.25x a 256 x 256 tile's
+    bytes for 1.5x its FLOPs: 384 accumulators a lane, 256 in AGPRs and 128 in arch VGPRs
+    (``mfma.acc_file``), with B fragments read two repetitions ahead inside each K chunk to make room
+    (``gemm._rotates_b``), the K-outer fragment reads four repetitions apart sharing an address
+    (``gemm._rep_sources``), and all 160 KiB of LDS. An fp32 output (wgrad into main_grad) spilled 12
+    registers in its epilogue, FP8's and MXFP8's wide tiles are not built: each config costs about 9 s
+    of the cold ``precompile`` (docs/kernels.md, "384 x 256: fewer bytes a FLOP").
     """
     F = Format
     out = [F.FP32, F.BF16, F.FP16]
@@ -47,8 +49,12 @@ def _family() -> tuple[KernelConfig, ...]:
         for c in cfgs
         if c.lhs_k_major and c.rhs_k_major and c.lhs_format is not F.FP32
     ]
-    # 384 x 256 where its rounds of workgroups move fewer bytes (select.py).
-    wide = [KernelConfig(F.BF16, F.BF16, True, True, F.BF16, tile_m=384, waves=4)]
+    # 384 x 256 where its rounds of workgroups move fewer bytes (select.py), into the activation dtype.
+    wide = [
+        dataclasses.replace(c, tile_m=384)
+        for c in cfgs
+        if c.lhs_format in (F.BF16, F.FP16) and c.out_format is c.lhs_format
+    ]
     return tuple(cfgs + small + wide)
 
 

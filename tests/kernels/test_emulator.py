@@ -233,12 +233,16 @@ def test_strided_output_view() -> None:
 
 
 @pytest.mark.parametrize(("m", "n", "k_tiles"), [(800, 300, 7), (384, 256, 6)], ids=["edges-7tiles", "whole-6tiles"])
-def test_384_x_256_runs_its_vgpr_accumulators_and_rotating_b(m: int, n: int, k_tiles: int) -> None:
-    """bf16 TN 384 x 256 (family.py): 384 accumulators a lane, the last 128 in arch VGPRs (``mfma.acc_file``),
+@pytest.mark.parametrize("majors", [(True, True), (True, False), (False, False)], ids=["TN", "NN", "NT"])
+def test_384_x_256_runs_its_vgpr_accumulators_and_rotating_b(m: int, n: int, k_tiles: int, majors: tuple) -> None:
+    """bf16 384 x 256 (family.py): 384 accumulators a lane, the last 128 in arch VGPRs (``mfma.acc_file``),
     and B (lhs) fragments read two repetitions ahead inside each of a tile's two K chunks
-    (``gemm._rotates_b``): tiles along M with an edge (800 rows: two whole tiles and 32 rows), the loop's
-    pairs, the odd tile, the peel and a K tail; and one whole tile with 6 K tiles, no tail."""
-    cfg = KernelConfig(Format.BF16, Format.BF16, True, True, Format.BF16, tile_m=384, waves=4)
+    (``gemm._rotates_b``), with K-major and K-outer operands (the K-outer repetitions four apart sharing
+    one address: ``gemm._rep_sources``): tiles along M with an edge (800 rows: two whole tiles and 32
+    rows), the loop's pairs, the odd tile, the peel and a K tail; and one whole tile with 6 K tiles, no
+    tail."""
+    cfg = KernelConfig(Format.BF16, Format.BF16, *majors, Format.BF16, tile_m=384, waves=4)
     assert cfg in family.BACKED
+    m, n = _fit(m, cfg, cfg.lhs_k_major), _fit(n, cfg, cfg.rhs_k_major)
     k = k_tiles * cfg.tile_k - (0 if m == 384 else cfg.tile_k - 3 * _k_unit(cfg))
     _run_and_check(cfg, m, n, k, 0.5, 0.75)

@@ -113,11 +113,11 @@ def test_select_picks_a_backed_config(fmt: Format, tile_k: int, k_major: tuple[b
         assert got in family.BACKED
         small_grid = -(-m // 256) * -(-n // 256) < select.SMALL_GRID
         small = small_grid and all(k_major) and fmt is not Format.FP32
-        # 256 x 256 and 128 x 128 run on 4 waves (AGPR accumulators), fp32 on 8 (LLVM's MFMAs); bf16 TN's
-        # 384 x 256 where its rounds of 256 tiles move fewer bytes (32768 x 59136: 78 rounds of 640 rows
-        # a K step against 116 of 512).
+        # 256 x 256 and 128 x 128 run on 4 waves (AGPR accumulators), fp32 on 8 (LLVM's MFMAs); 16-bit
+        # 384 x 256 into the activation dtype where its rounds of 256 tiles move fewer bytes (32768 x
+        # 59136: 78 rounds of 640 rows a K step against 116 of 512).
         waves = 8 if fmt is Format.FP32 else 4
-        wide = fmt is Format.BF16 and all(k_major) and (m, n) == (32768, 59136)
+        wide = fmt is Format.BF16 and (m, n) == (32768, 59136)
         tile = (128, 128) if small else (384, 256) if wide else (256, 256)
         assert (got.tile_m, got.tile_n, got.tile_k, got.waves) == (*tile, tile_k, waves)
 
@@ -133,15 +133,14 @@ def test_select_picks_a_backed_config(fmt: Format, tile_k: int, k_major: tuple[b
     ],
 )
 def test_select_takes_384_x_256_where_its_rounds_move_fewer_bytes(m: int, n: int, tile_m: int) -> None:
-    """bf16 TN only (the one kind with a 384 x 256 config); fp16 and other layouts keep 256 x 256."""
-    bf16 = KernelConfig(Format.BF16, Format.BF16, True, True, Format.BF16)
-    assert select.select(bf16, m, n, 4096).tile_m == tile_m
-    for other in (
-        dataclasses.replace(bf16, lhs_format=Format.FP16, rhs_format=Format.FP16, out_format=Format.FP16),
-        dataclasses.replace(bf16, rhs_k_major=False),
-        dataclasses.replace(bf16, out_format=Format.FP32),
-    ):
-        assert select.select(other, m, n, 4096).tile_m == 256
+    """bf16 and fp16 in TN, NN and NT into the activation dtype (the 384 x 256 configs); an fp32 output,
+    whose 384 x 256 epilogue spilled (docs/kernels.md), and an epilogue keep 256 x 256."""
+    for fmt in (Format.BF16, Format.FP16):
+        for lk, rk in ((True, True), (True, False), (False, False)):
+            cfg = KernelConfig(fmt, fmt, lk, rk, fmt)
+            assert select.select(cfg, m, n, 4096).tile_m == tile_m, cfg.name
+            for other in (dataclasses.replace(cfg, out_format=Format.FP32), dataclasses.replace(cfg, epilogue="bias")):
+                assert select.select(other, m, n, 4096).tile_m == 256
 
 
 def test_select_ignores_k() -> None:

@@ -222,7 +222,8 @@ def _lds_layout(rows: int, tile_k: int, vec: int, k_major: bool) -> fx.Layout:
     Otherwise K-outer (rows contiguous: the order the data arrives in and the transposing reads read),
     each K row a whole number of bank periods. One clock serves K rows that differ in K bits no single
     XOR window covers (``_KOUTER``), so the K rows are stored in LDS with their bits reordered, those
-    bits first, and the LDS row's low bits are XOR-ed into the block index of the row.
+    bits first, and the LDS row's low bits are XOR-ed into the block index of the row. A tile of 384 rows
+    is stored as three blocks of 128, each a whole K tile (``_kouter_width``).
     """
     if k_major:
         chunks = tile_k // vec
@@ -232,14 +233,25 @@ def _lds_layout(rows: int, tile_k: int, vec: int, k_major: bool) -> fx.Layout:
         return fx.make_composed_layout(fx.static(swz), fx.make_ordered_layout((rows, tile_k), (1, 0)))
     block_bytes, xor_bits, order = _KOUTER[DMA_BYTES // vec]
     block = _log2(block_bytes * vec // DMA_BYTES)  # offset bit of block 0, in elements
+    width = _kouter_width(rows)
     # K's bit ``order[j]`` is the LDS row's bit ``j``; K's bits past ``order`` keep their place.
-    swz = fx.SwizzleType.get(xor_bits, block, _log2(rows) - block)
-    if order == tuple(range(len(order))):
+    swz = fx.SwizzleType.get(xor_bits, block, _log2(width) - block)
+    if width == rows and order == tuple(range(len(order))):
         return fx.make_composed_layout(fx.static(swz), fx.make_ordered_layout((rows, tile_k), (0, 1)))
     lds_bit = {k_bit: j for j, k_bit in enumerate(order)}
     k_shape = (2,) * len(order) + (tile_k >> len(order),)
-    k_stride = (*(rows << lds_bit[b] for b in range(len(order))), rows << len(order))
-    return fx.make_composed_layout(fx.static(swz), fx.make_layout((rows, k_shape), (1, k_stride)))
+    k_stride = (*(width << lds_bit[b] for b in range(len(order))), width << len(order))
+    row_shape, row_stride = (rows, 1) if width == rows else ((width, rows // width), (1, width * tile_k))
+    return fx.make_composed_layout(fx.static(swz), fx.make_layout((row_shape, k_shape), (row_stride, k_stride)))
+
+
+def _kouter_width(rows: int) -> int:
+    """The tile rows a K-outer LDS row holds: all of them where ``rows`` is a power of two; else (384) its
+    largest power-of-two part, 128, the other rows in blocks of whole K tiles after the first, so the
+    swizzle's source bits, from ``log2(width)`` up, are the K row's in every block. With 384-element
+    LDS rows, bits 8 to 10 of an offset mix the K row and the row's third (LLVM divided by 384 in the
+    fill, and the fragment reads' repetition offsets did not commute with the swizzle)."""
+    return rows & -rows
 
 
 def _kouter_k_of_lds_row(rho: fx.Int32, itemsize: int) -> fx.Int32:
@@ -285,29 +297,61 @@ def _s2r_atom(p: GemmParams, elem: type, k_major: bool) -> fx.CopyAtom:
     return fx.make_copy_atom(fx.rocdl.cdna4.LDSReadTrans16_64b(), elem)
 
 
-def _rep_sources(src: fx.Tensor, kc: int, reps: int) -> list[fx.Tensor]:
+def _rep_sources(src: fx.Tensor, kc: int, reps: int, in_row: bool) -> list[fx.Tensor]:
     """The LDS sources of chunk ``kc``'s fragment repetitions, from a thread's partition ``src``
     (values, repetitions, chunks) of a swizzled stage.
 
     The swizzle acts on a source's whole offset, the lane's and the repetition's parts together, and
-    LLVM does not see that a repetition stride above every bit the swizzle reads or writes commutes
-    with it: it computed every repetition's address apart (16 VALU instructions a bf16 TN iteration,
-    the loop's top). Where the stride is such a multiple (the K-major layouts, whose repetitions are
-    whole swizzle periods of rows apart, and MXFP8's K-outer ones), repetition r's source is repetition
-    0's moved by r strides outside the swizzle, the same addresses: one address per chunk and operand,
-    the repetitions in the read's immediate offset. The 16-bit K-outer layouts' repetitions are 32
-    elements apart, inside the XOR window, and keep theirs.
+    LLVM does not see where a repetition's or chunk's offset commutes with it: it computed every
+    source's address apart (16 VALU instructions a bf16 TN iteration, the loop's top; 16 address VGPRs
+    for bf16 NN's rhs, which left its 384 x 256 tile 9 spills). Where an offset commutes, the source is
+    an earlier one moved outside the swizzle: the same address, the difference in the read's immediate
+    offset. Swizzle<B, M, S> XORs offset bits [M + S, M + S + B) into [M, M + B); a difference commutes
+    - when it is a multiple of 2^(M + S + B), above every bit the swizzle reads or writes (the K-major
+      layouts' repetitions, whole swizzle periods of rows apart; the K-outer layouts' chunks, 32 K rows
+      apart, and their blocks of rows, ``_kouter_width``; MXFP8's repetitions);
+    - ``in_row``, the repetitions stepping along a K-outer LDS row that holds all the tile's rows (its
+      index is then the bits from M + S up, which a step inside the row never reaches), when it is a
+      multiple of 2^(M + B), above the bits the XOR writes: the 16-bit K-outer repetitions r and r + 4
+      (32 elements apart, a 128-element window), so 4 addresses a chunk instead of 8.
     """
     layout = fx.get_layout(src)
     swizzle = fx.composed_get_inner(layout)
-    stride = fx.get_stride(fx.composed_get_outer(layout)).to_py_value()[1]
-    # Swizzle<B, M, S> XORs offset bits [M + S, M + S + B) into [M, M + B): nothing at or above M + S + B.
+    outer = fx.composed_get_outer(layout)
+    shape, (_, rep_stride, chunk_stride) = fx.get_shape(outer).to_py_value(), fx.get_stride(outer).to_py_value()
     period = 1 << (swizzle.base + swizzle.shift + swizzle.mask)
-    if not isinstance(stride, int) or stride % period:
+    window = 1 << (swizzle.base + swizzle.mask) if in_row else period
+    if kc and isinstance(chunk_stride, int) and chunk_stride % period == 0:
+        # Chunk 0's sources, kc chunks on: for every repetition the same offset.
+        return [_moved(s, kc * chunk_stride) for s in _rep_sources(src, 0, reps, in_row)]
+    offsets = _offsets(shape[1], rep_stride)
+    if offsets is None:
         return [src[None, r, kc] for r in range(reps)]
-    first = src[None, 0, kc]
-    it, lay = fx.get_iter(first), fx.get_layout(first)
-    return [first] + [fx.make_view(fx.add_offset(it, r * stride), lay) for r in range(1, reps)]
+    out: list[fx.Tensor] = []
+    for r, offset in enumerate(offsets):
+        # The first repetition whose offset differs from r's by a multiple of the window.
+        first = next(q for q in range(r + 1) if (offset - offsets[q]) % window == 0)
+        out.append(src[None, r, kc] if first == r else _moved(out[first], offset - offsets[first]))
+    return out
+
+
+def _offsets(shape: object, stride: object) -> list[int] | None:
+    """The offsets of a static (possibly nested) layout mode's coordinates, in index order (the first
+    sub-mode fastest); None where a stride is not static."""
+    if isinstance(shape, int):
+        return [i * stride for i in range(shape)] if isinstance(stride, int) else None
+    offsets = [0]
+    for sub_shape, sub_stride in zip(shape, stride, strict=True):
+        sub = _offsets(sub_shape, sub_stride)
+        if sub is None:
+            return None
+        offsets = [o + s for s in sub for o in offsets]
+    return offsets
+
+
+def _moved(view: fx.Tensor, elements: int) -> fx.Tensor:
+    """``view`` moved ``elements`` on, outside its layout's swizzle."""
+    return fx.make_view(fx.add_offset(fx.get_iter(view), elements), fx.get_layout(view))
 
 
 def _tile_coords(num_m: fx.Int32, num_n: fx.Int32, pid: fx.Int32) -> tuple[fx.Int32, fx.Int32]:
@@ -506,9 +550,15 @@ class _Fill:
                     lane_row = (lane * vec // tile_k + at) % period
                     columns[at] = fx.get_scalar(fx.crd2idx((lane_row, lane * vec % tile_k), layout)) % tile_k
                 c = columns[at]
-            else:
+            elif const_expr(_kouter_width(rows_tile) == rows_tile):
                 c = _kouter_k_of_lds_row(pos // rows_tile, p.elem_bytes)
                 r = fx.get_scalar(fx.crd2idx((pos % rows_tile, c), layout)) % rows_tile
+            else:
+                # Blocks of ``width`` rows, each a whole K tile (``_kouter_width``): only shifts and masks.
+                width = _kouter_width(rows_tile)
+                first = pos // (width * tile_k) * width  # the block's first row
+                c = _kouter_k_of_lds_row(pos // width % tile_k, p.elem_bytes)
+                r = fx.get_scalar(fx.crd2idx((pos % width + first, c), layout)) % width + first
             g_row = first_row + r
             g_k = mx.k_of_lds_column(c) if const_expr(p.mx) else c
             offset = g_row * ld + g_k if const_expr(k_major) else g_k * ld + g_row
@@ -805,12 +855,20 @@ class _Mma:
     def reads(self, stage: fx.Int32 | int, kc: int) -> tuple[list, list]:
         """Issuers of chunk ``kc``'s fragment reads from LDS stage ``stage``, one per repetition:
         (MMA A = rhs, MMA B = lhs)."""
+        p = self.p
         src_rhs, src_lhs = self._sources(stage)
+        # _rep_sources' in_row: K-outer, one LDS row holding all the tile's rows
+        rhs_row, lhs_row = (
+            not k and _kouter_width(rows) == rows for k, rows in ((p.rhs_k_major, p.tile_n), (p.lhs_k_major, p.tile_m))
+        )
         return tuple(
-            [functools.partial(fx.copy, s2r, rs, dst[None, r, kc]) for r, rs in enumerate(_rep_sources(src, kc, reps))]
-            for s2r, src, dst, reps in (
-                (self.s2r_rhs, src_rhs, self.frag_rhs_copy, fx.size(self.frag_rhs.shape[1]).get_static_leaf_int),
-                (self.s2r_lhs, src_lhs, self.frag_lhs_copy, fx.size(self.frag_lhs.shape[1]).get_static_leaf_int),
+            [
+                functools.partial(fx.copy, s2r, rs, dst[None, r, kc])
+                for r, rs in enumerate(_rep_sources(src, kc, fx.size(frag.shape[1]).get_static_leaf_int, in_row))
+            ]
+            for s2r, src, dst, frag, in_row in (
+                (self.s2r_rhs, src_rhs, self.frag_rhs_copy, self.frag_rhs, rhs_row),
+                (self.s2r_lhs, src_lhs, self.frag_lhs_copy, self.frag_lhs, lhs_row),
             )
         )
 
@@ -951,7 +1009,9 @@ class _Mma:
                 a_next, b_next = reads_of[kc + 1]
                 later = a_next + (b_next[: self.b_ahead] if rot else b_next)
                 later = self._interleave(later, sums_at[kc])
-            upcoming = [(0, reads_of[kc][1][self.b_ahead :]), (0, later)] if rot else [(0, later)]
+            # B rotating with two chunks (384 x 256): the next chunk's reads half a repetition after this
+            # chunk's B reads, so no gap gets two issuers (with both K-outer, 4 ``ds_read_b64_tr_b16``).
+            upcoming = [(0, reads_of[kc][1][self.b_ahead :]), (a_reps // 2, later)] if rot else [(0, later)]
             if const_expr(bool(head) and kc == k_chunks - 2):
                 start = total - len(head)
                 if const_expr(start < len(later) + _LAND_MFMAS):

@@ -21,12 +21,13 @@ default tiles) and its M, N, K. The answer is always a config of the family:
    latency, the kernel issues each K chunk's fragment reads among the previous chunk's MFMAs.
    Nothing was measured on gfx950: ``te-flydsl-plugin bench`` on hardware decides. 128 x 128 tiles
    run on 4 waves too (2 x 2 waves of 64 x 64; two workgroups a CU, so two waves a SIMD: family.py).
-4. Where a 384 x 256 config of the kind is backed (bf16 TN: 384 accumulators a lane, 128 of them in
-   arch VGPRs, kernels/mfma.py), it replaces 256 x 256 when its rounds of ``CUS`` workgroups times its
-   bytes a K step, ``tile_m + tile_n`` rows, come out smaller: the tiles are fabric-bound in the timing
-   model (docs/perf-model.md), so a round takes about its bytes, and 384 x 256 moves 1.25x the bytes
-   for 1.5x the FLOPs, but more of its last round can stand idle (8192 x 4096 x 4096: 352 tiles, 2
-   rounds, against 512 tiles in 2). Ties keep 256 x 256. Predicted, not measured (docs/kernels.md).
+4. Where a 384 x 256 config of the kind is backed (bf16 and fp16, TN, NN and NT, into the activation
+   dtype: 384 accumulators a lane, 128 of them in arch VGPRs, kernels/mfma.py), it replaces 256 x 256
+   when its rounds of ``CUS`` workgroups times its bytes a K step, ``tile_m + tile_n`` rows, come out
+   smaller: the tiles are fabric-bound in the timing model (docs/perf-model.md), so a round takes about
+   its bytes, and 384 x 256 moves 1.25x the bytes for 1.5x the FLOPs, but more of its last round can
+   stand idle (8192 x 4096 x 4096: 352 tiles, 2 rounds, against 512 tiles in 2). Ties keep 256 x 256.
+   Predicted, not measured (docs/kernels.md).
 
 Only configs in ``family.BACKED`` are chosen beyond the default, so the heuristic never picks a
 kernel that was not compiled, ISA-checked and run in the emulator.
