@@ -154,10 +154,12 @@ def test_gemm_tile_report() -> None:
 
 
 # The K-outer LDS layouts' transposing reads (16-bit ``ds_read_b64_tr_b16``, MXFP8's ``_tr_b8``) and
-# fp32's ``ds_read_b32`` of both majornesses, beside the K-major ``ds_read_b128`` ones.
+# fp32's ``ds_read_b32`` of both majornesses, beside the K-major ``ds_read_b128`` ones; 384-row K-outer
+# tiles in their blocks of 128 rows (``gemm._kouter_width``: NT 384 x 256's lhs).
 KOUTER = [
     KernelConfig(Format.BF16, Format.BF16, True, False, Format.BF16, waves=4),
     KernelConfig(Format.FP16, Format.FP16, False, False, Format.FP16, waves=4),
+    KernelConfig(Format.BF16, Format.BF16, False, False, Format.BF16, tile_m=384, waves=4),
     KernelConfig(Format.MXFP8_E4M3, Format.MXFP8_E4M3, True, False, Format.BF16, tile_k=128),
     KernelConfig(Format.MXFP8_E4M3, Format.MXFP8_E4M3, False, False, Format.BF16, tile_k=128),
     KernelConfig(Format.FP32, Format.FP32, False, False, Format.FP32, tile_k=32, waves=8),
