@@ -117,8 +117,8 @@ def isa_report(cfg: KernelConfig, arch: str = "gfx950") -> dict[str, Any]:
     mfma = EXPECTED_MFMA[cfg.lhs_format]
     text = llvm.disassemble(ck.code_object, arch)
     mfma_count = len(re.findall(rf"^\s+{mfma}\s", text, re.M))
-    # Decoded once for every report below: decoding took about 0.5 s a config each time (1.5 of the
-    # 2.3 s a cached config's report took, three decodes).
+    # Decoded once for every report below: three decodes left a cold config 0.91 s of CPU time outside
+    # its compile, one 0.60 s (precompile --jobs 2, user time less the compile seconds).
     insts = kloop.instructions(text)
     acc = accumulator_report(insts)
     code = code_report(insts)
