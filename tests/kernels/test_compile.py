@@ -76,6 +76,7 @@ def test_wait_state_check_sees_a_valu_write_before_a_k_loop_mfma() -> None:
         (KernelConfig(Format.FP8_E4M3, Format.FP8_E5M2, True, True, Format.FP16, tile_k=128), 256, 0),
         (KernelConfig(Format.MXFP8_E5M2, Format.MXFP8_E4M3, False, False, Format.BF16, tile_k=128), 256, 0),
         (KernelConfig(Format.FP16, Format.FP16, True, True, Format.FP32, tile_m=128, tile_n=128, waves=4), 64, 0),
+        (KernelConfig(Format.BF16, Format.BF16, True, False, Format.BF16, "dgelu", tile_m=384), 256, 128),
         (KernelConfig(Format.FP32, Format.FP32, False, False, Format.BF16, tile_k=32, waves=8), 0, 128),
     ],
     ids=lambda x: x.name if isinstance(x, KernelConfig) else str(x),
@@ -119,6 +120,8 @@ def _is_dma(i: Inst) -> bool:
         (KernelConfig(Format.FP16, Format.FP16, False, True, Format.FP32), 32, True),
         (KernelConfig(Format.BF16, Format.BF16, True, True, Format.BF16, epilogue="bias_gelu"), 32, True),
         (KernelConfig(Format.BF16, Format.BF16, False, False, Format.BF16, epilogue="bgrad"), 32, True),
+        (KernelConfig(Format.BF16, Format.BF16, True, True, Format.BF16, epilogue="bias_gelu", tile_m=384), 40, False),
+        (KernelConfig(Format.FP16, Format.FP16, True, False, Format.FP16, "dgelu_bgrad", tile_m=384), 40, False),
         (KernelConfig(Format.FP8_E4M3, Format.FP8_E4M3, True, True, Format.BF16, tile_k=128), 32, True),
         (
             KernelConfig(Format.FP8_E5M2, Format.FP8_E4M3, True, True, Format.BF16, tile_k=128, epilogue="dgelu"),
@@ -145,7 +148,7 @@ def test_prologue_and_epilogue_keep_the_port_busy(cfg: KernelConfig, prologue_dm
     half the accumulators (one fence for all had LLVM read all 256 first). The epilogue runs among the
     last tile's MFMAs, group by group (two K chunks, bf16 / fp16: column groups of the last chunk; one,
     FP8 / MXFP8: row groups; bgrad's row sums too), except the one-chunk dgelu_bgrad's, whose column sums
-    span the row groups."""
+    span the row groups, and the fused epilogues on 384 x 256, which spilled among the MFMAs."""
     _, insts = _instructions(cfg)
     first_dma = next(n for n, i in enumerate(insts) if _is_dma(i))
     first_wait = next(n for n, i in enumerate(insts) if i.opcode == "s_waitcnt" and "vmcnt" in i.text)

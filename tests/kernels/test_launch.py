@@ -133,14 +133,20 @@ def test_select_picks_a_backed_config(fmt: Format, tile_k: int, k_major: tuple[b
     ],
 )
 def test_select_takes_384_x_256_where_its_rounds_move_fewer_bytes(m: int, n: int, tile_m: int) -> None:
-    """bf16 and fp16 in TN, NN and NT into the activation dtype (the 384 x 256 configs); an fp32 output,
-    whose 384 x 256 epilogue spilled (docs/kernels.md), and an epilogue keep 256 x 256."""
+    """bf16 and fp16 in TN, NN and NT into the activation dtype (the 384 x 256 configs), with TE's fused
+    epilogues of each layout (bias / GELU in TN, dGELU in NN) too; an fp32 output, whose 384 x 256
+    epilogue spilled, and wgrad's bgrad, whose row sums spilled in its K loop (docs/kernels.md), keep
+    256 x 256."""
+    fused = {(True, True): ("bias", "gelu", "bias_gelu"), (True, False): ("dgelu", "dgelu_bgrad"), (False, False): ()}
     for fmt in (Format.BF16, Format.FP16):
-        for lk, rk in ((True, True), (True, False), (False, False)):
+        for (lk, rk), epilogues in fused.items():
             cfg = KernelConfig(fmt, fmt, lk, rk, fmt)
-            assert select.select(cfg, m, n, 4096).tile_m == tile_m, cfg.name
-            for other in (dataclasses.replace(cfg, out_format=Format.FP32), dataclasses.replace(cfg, epilogue="bias")):
-                assert select.select(other, m, n, 4096).tile_m == 256
+            for epi in ("plain", *epilogues):
+                got = select.select(dataclasses.replace(cfg, epilogue=epi), m, n, 4096)
+                assert got in family.BACKED and got.tile_m == tile_m, got.name
+            assert select.select(dataclasses.replace(cfg, out_format=Format.FP32), m, n, 4096).tile_m == 256
+    bgrad = KernelConfig(Format.BF16, Format.BF16, False, False, Format.BF16, "bgrad")
+    assert select.select(bgrad, m, n, 4096).tile_m == 256
 
 
 def test_select_ignores_k() -> None:

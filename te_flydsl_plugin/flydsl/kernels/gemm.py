@@ -1318,11 +1318,16 @@ def gemm_kernel(
     # finish (``_Mma.multiply``), so the output stream overlaps the tile's compute: column groups of the
     # last chunk with two K chunks (bf16, fp16), row groups (B repetitions) with one (FP8, MXFP8, whose
     # column order would hold all 8 B fragments at once: LLVM then moved 64 accumulators in FP8's loop).
-    # fp32 and the one-chunk dgelu_bgrad (its column sums span the row groups) store after the last tile.
-    # bgrad's row sums run among the last tile's MFMAs as among every tile's, and are stored after them.
+    # fp32 and the one-chunk dgelu_bgrad (its column sums span the row groups) store after the last tile,
+    # and so do the other fused epilogues on 384 x 256 (two chunks, B rotating, accumulators past the
+    # AGPRs): among the last tile's MFMAs they go by row groups, whose bias (a block for every column
+    # group: 32 VGPRs), aux loads and GELU temporaries sat beside the rotating B fragments and the 128
+    # VGPR accumulators and spilled 20 - 28 registers; after it, by column groups, they fit. bgrad's row
+    # sums run among the last tile's MFMAs as among every tile's, and are stored after them.
     scale = _output_scale(alpha, scale_invs)
     tile = (p, mma.acc, mma.thr_mma, o_buf, extras, row0, col0, bm, m, n, ld_out, scale, beta)
-    overlap = p.pinned and (mma.k_chunks > 1 or not p.epi_colsum)
+    fused = p.epi_bias or p.epi_gelu or p.epi_dgelu
+    overlap = p.pinned and (mma.k_chunks > 1 or not p.epi_colsum) and not (fused and mma.k_chunks > 1 and mma.rotate_b)
     if const_expr(not overlap):
         multiply(last_stage, words)
         if const_expr(p.epi_rowsum) and bn == 0:
@@ -1330,7 +1335,7 @@ def gemm_kernel(
     # beta == 0 never reads D (it may hold NaN or be uninitialised): the plain store has two bodies
     # behind a uniform branch (with the overlap, branches inside each group: epilogue.BETA); the fused
     # epilogues one, whose loads of D sit behind a branch on beta (two bodies spill).
-    if const_expr(p.epi_bias or p.epi_gelu or p.epi_dgelu):
+    if const_expr(fused):
         _finish(multiply, overlap, last_stage, words, tile, None)
     elif const_expr(overlap):
         sums = _finish(multiply, overlap, last_stage, words, tile, epilogue.BETA, sums)
@@ -1387,7 +1392,8 @@ def _finish(
 def _rotates_b(p: GemmParams) -> bool:
     """Whether a tile's B fragments are read b_ahead repetitions ahead of their MFMAs, chunk by chunk
     (one K chunk; or accumulators past the AGPRs, whose arch VGPRs leave no room for two chunks' fragments),
-    and its epilogue runs by row groups."""
+    and its epilogue among the last tile's MFMAs runs by row groups (the fused ones on 384 x 256 store
+    after it: ``gemm_kernel``)."""
     a_reps, b_reps = p.tile_n // (p.n_waves * 16), p.tile_m // (p.m_waves * 16)
     return p.tile_k == p.mma_k or mfma.acc_file(a_reps - 1, b_reps - 1, a_reps) == "v"  # its last block
 
