@@ -49,13 +49,7 @@ def _family() -> tuple[KernelConfig, ...]:
         for c in cfgs
         if c.lhs_k_major and c.rhs_k_major and c.lhs_format is not F.FP32
     ]
-    # 384 x 256 where its rounds of workgroups move fewer bytes (select.py), into the activation dtype.
-    wide = [
-        dataclasses.replace(c, tile_m=384)
-        for c in cfgs
-        if c.lhs_format in (F.BF16, F.FP16) and c.out_format is c.lhs_format
-    ]
-    return tuple(cfgs + small + wide)
+    return (*cfgs, *small, *_wide(cfgs))
 
 
 def _mx_family() -> tuple[KernelConfig, ...]:
@@ -77,7 +71,7 @@ def _mx_family() -> tuple[KernelConfig, ...]:
 
 def _epilogue_family() -> tuple[KernelConfig, ...]:
     """The fused epilogues (kernels/epilogue.py) in the combinations TE issues, on the 256 x 256 tiles
-    (the 16-bit fprop and dgrad ones on 384 x 256 too: :func:`_wide_epilogues`).
+    (the 16-bit fprop and dgrad ones on 384 x 256 too: :func:`_wide`).
 
     TE's fprop (TN) takes ``bias`` / ``gelu`` / ``bias_gelu`` and its dgrad (NN) ``dgelu`` /
     ``dgelu_bgrad``, always with the output in the activation dtype: bf16 -> bf16, fp16 -> fp16,
@@ -113,21 +107,23 @@ def _epilogue_family() -> tuple[KernelConfig, ...]:
     )
 
 
-def _wide_epilogues() -> tuple[KernelConfig, ...]:
-    """The 16-bit fprop and dgrad fused epilogues (``bias``, ``gelu``, ``bias_gelu``; ``dgelu``,
-    ``dgelu_bgrad``) on 384 x 256, beside the plain ones (``_family``), each storing after its last tile
-    (``gemm_kernel``: among the last tile's MFMAs they spilled 20 - 28 registers). wgrad's ``bgrad`` is
-    not: its row sums' reads and adds in the K loop, beside the wide tile's 128 VGPR accumulators,
-    spilled 426 registers. Each config costs about 8 - 10 s of the cold ``precompile``."""
+def _wide(cfgs: tuple[KernelConfig, ...] | list[KernelConfig]) -> tuple[KernelConfig, ...]:
+    """The 384 x 256 twins of ``cfgs`` that are built, where its rounds of workgroups move fewer bytes
+    (select.py): 16-bit operands into their own dtype, plain and with the fprop and dgrad fused
+    epilogues (``bias``, ``gelu``, ``bias_gelu``; ``dgelu``, ``dgelu_bgrad``), each of those storing
+    after its last tile (``gemm_kernel``: among the last tile's MFMAs they spilled 20 - 28 registers).
+    wgrad's ``bgrad`` is not: its row sums' reads and adds in the K loop, beside the wide tile's 128 VGPR
+    accumulators, spilled 426 registers. Each config costs about 8 - 10 s of the cold ``precompile``."""
     return tuple(
         dataclasses.replace(c, tile_m=384)
-        for c in _epilogue_family()
-        if c.lhs_format in (Format.BF16, Format.FP16) and c.epilogue != "bgrad"
+        for c in cfgs
+        if c.lhs_format in (Format.BF16, Format.FP16) and c.out_format is c.lhs_format and c.epilogue != "bgrad"
     )
 
 
+_EPILOGUES = _epilogue_family()
 PLAIN_FAMILY: tuple[KernelConfig, ...] = _family() + _mx_family()
-EPILOGUE_FAMILY: tuple[KernelConfig, ...] = _epilogue_family() + _wide_epilogues()
+EPILOGUE_FAMILY: tuple[KernelConfig, ...] = _EPILOGUES + _wide(_EPILOGUES)
 FAMILY: tuple[KernelConfig, ...] = PLAIN_FAMILY + EPILOGUE_FAMILY
 # Every family config passed all three gates (tests/kernels: test_compile.py, test_emulator.py); a
 # config that fails any of them must leave this tuple, and the matrix loses its row with it.
