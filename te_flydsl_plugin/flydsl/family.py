@@ -109,16 +109,30 @@ def _epilogue_family() -> tuple[KernelConfig, ...]:
 
 def _wide(cfgs: tuple[KernelConfig, ...] | list[KernelConfig]) -> tuple[KernelConfig, ...]:
     """The 384 x 256 twins of ``cfgs`` that are built, where its rounds of workgroups move fewer bytes
-    (select.py): 16-bit operands into their own dtype, plain and with the fprop and dgrad fused
-    epilogues (``bias``, ``gelu``, ``bias_gelu``; ``dgelu``, ``dgelu_bgrad``), each of those storing
-    after its last tile (``gemm_kernel``: among the last tile's MFMAs they spilled 20 - 28 registers).
-    wgrad's ``bgrad`` is not: its row sums' reads and adds in the K loop, beside the wide tile's 128 VGPR
-    accumulators, spilled 426 registers. Each config costs about 8 - 10 s of the cold ``precompile``."""
-    return tuple(
-        dataclasses.replace(c, tile_m=384)
-        for c in cfgs
-        if c.lhs_format in (Format.BF16, Format.FP16) and c.out_format is c.lhs_format and c.epilogue != "bgrad"
-    )
+    (select.py):
+
+    * 16-bit operands into their own dtype, plain and with the fprop and dgrad fused epilogues (``bias``,
+      ``gelu``, ``bias_gelu``; ``dgelu``, ``dgelu_bgrad``), each of those storing after its last tile
+      (``gemm_kernel``: among the last tile's MFMAs they spilled 20 - 28 registers). wgrad's ``bgrad`` is
+      not: its row sums' reads and adds in the K loop, beside the wide tile's 128 VGPR accumulators,
+      spilled 426 registers.
+    * FP8 (per-tensor scales), plain, the pairs TE's recipes multiply (lhs, TE's B, E4M3 or HYBRID's E5M2
+      gradient; rhs E4M3) into bf16 or fp16, storing after the last tile (``gemm._a_in_place``). An fp32
+      output spilled 4 registers; the fused epilogues and the other kind pairs are not built.
+
+    Each config costs about 7 - 10 s of the cold ``precompile``."""
+
+    def built(c: KernelConfig) -> bool:
+        if c.lhs_format in (Format.BF16, Format.FP16):
+            return c.out_format is c.lhs_format and c.epilogue != "bgrad"
+        return (
+            c.scaling == "tensor"
+            and c.rhs_format is Format.FP8_E4M3
+            and c.out_format in (Format.BF16, Format.FP16)
+            and c.epilogue == "plain"
+        )
+
+    return tuple(dataclasses.replace(c, tile_m=384) for c in cfgs if built(c))
 
 
 _EPILOGUES = _epilogue_family()

@@ -77,6 +77,7 @@ def test_wait_state_check_sees_a_valu_write_before_a_k_loop_mfma() -> None:
         (KernelConfig(Format.MXFP8_E5M2, Format.MXFP8_E4M3, False, False, Format.BF16, tile_k=128), 256, 0),
         (KernelConfig(Format.FP16, Format.FP16, True, True, Format.FP32, tile_m=128, tile_n=128, waves=4), 64, 0),
         (KernelConfig(Format.BF16, Format.BF16, True, False, Format.BF16, "dgelu", tile_m=384), 256, 128),
+        (KernelConfig(Format.FP8_E5M2, Format.FP8_E4M3, True, True, Format.FP16, tile_m=384, tile_k=128), 256, 128),
         (KernelConfig(Format.FP32, Format.FP32, False, False, Format.BF16, tile_k=32, waves=8), 0, 128),
     ],
     ids=lambda x: x.name if isinstance(x, KernelConfig) else str(x),
@@ -123,6 +124,7 @@ def _is_dma(i: Inst) -> bool:
         (KernelConfig(Format.BF16, Format.BF16, True, True, Format.BF16, epilogue="bias_gelu", tile_m=384), 40, False),
         (KernelConfig(Format.FP16, Format.FP16, True, False, Format.FP16, "dgelu_bgrad", tile_m=384), 40, False),
         (KernelConfig(Format.FP8_E4M3, Format.FP8_E4M3, True, True, Format.BF16, tile_k=128), 32, True),
+        (KernelConfig(Format.FP8_E4M3, Format.FP8_E4M3, True, True, Format.BF16, tile_m=384, tile_k=128), 40, False),
         (
             KernelConfig(Format.FP8_E5M2, Format.FP8_E4M3, True, True, Format.BF16, tile_k=128, epilogue="dgelu"),
             32,
@@ -143,21 +145,22 @@ def test_prologue_and_epilogue_keep_the_port_busy(cfg: KernelConfig, prologue_dm
     and end"): the first DMA goes out before the accumulators are zeroed (256 ``v_accvgpr_write`` /
     ``_mov`` a wave); tile 1's DMA before the first wait for memory (16 transfers a lane and tile; MXFP8
     waits for tile 0 and its first group's 8 scale-word DMAs first: its loop's LDS waits would merge badly
-    otherwise); FP8's two scale_inv loads
+    otherwise); FP8's two scale_inv loads (scalar)
     in the prologue, before that wait; and each epilogue body stores its first block before it reads
     half the accumulators (one fence for all had LLVM read all 256 first). The epilogue runs among the
     last tile's MFMAs, group by group (two K chunks, bf16 / fp16: column groups of the last chunk; one,
     FP8 / MXFP8: row groups; bgrad's row sums too), except the one-chunk dgelu_bgrad's, whose column sums
-    span the row groups, and the fused epilogues on 384 x 256, which spilled among the MFMAs."""
+    span the row groups, and on 384 x 256 the fused epilogues and FP8's, which spilled among the MFMAs."""
     _, insts = _instructions(cfg)
     first_dma = next(n for n, i in enumerate(insts) if _is_dma(i))
     first_wait = next(n for n, i in enumerate(insts) if i.opcode == "s_waitcnt" and "vmcnt" in i.text)
     zeros = {"v_accvgpr_write_b32", "v_accvgpr_mov_b32"}
     assert sum(i.opcode in zeros for i in insts[:first_dma]) <= 8  # LLVM hoists a few of the 256
     assert sum(_is_dma(i) for i in insts[:first_wait]) == prologue_dmas
-    plain_loads = [n for n, i in enumerate(insts) if i.opcode == "buffer_load_dword"]
-    if cfg.lhs_format.name.startswith("FP8"):
-        assert len(plain_loads) == 2 and max(plain_loads) < first_wait
+    scale_loads = [n for n, i in enumerate(insts) if i.opcode == "s_buffer_load_dword"]
+    assert len(scale_loads) == (2 if cfg.scaling == "tensor" else 0)
+    assert not scale_loads or max(scale_loads) < first_wait
+    assert not any(i.opcode == "buffer_load_dword" for i in insts[:first_wait]) or cfg.scaling == "mx"
     loop = kloop.k_loop(insts)
     assert loop is not None
     tail = insts[insts.index(loop.body[-1]) :]

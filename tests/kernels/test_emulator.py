@@ -246,3 +246,24 @@ def test_384_x_256_runs_its_vgpr_accumulators_and_rotating_b(m: int, n: int, k_t
     m, n = _fit(m, cfg, cfg.lhs_k_major), _fit(n, cfg, cfg.rhs_k_major)
     k = k_tiles * cfg.tile_k - (0 if m == 384 else cfg.tile_k - 3 * _k_unit(cfg))
     _run_and_check(cfg, m, n, k, 0.5, 0.75)
+
+
+@pytest.mark.parametrize(("m", "n", "k_tiles"), [(800, 300, 7), (384, 256, 6)], ids=["edges-7tiles", "whole-6tiles"])
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        KernelConfig(Format.FP8_E4M3, Format.FP8_E4M3, True, True, Format.BF16, tile_m=384, tile_k=128),
+        KernelConfig(Format.FP8_E5M2, Format.FP8_E4M3, True, True, Format.FP16, tile_m=384, tile_k=128),
+    ],
+    ids=lambda c: c.name,
+)
+def test_fp8_384_x_256_reads_a_in_place(cfg: KernelConfig, m: int, n: int, k_tiles: int) -> None:
+    """FP8 on 384 x 256 (``gemm._a_in_place``): one K chunk with 128 accumulators in arch VGPRs, B one
+    repetition ahead, the next tile's A fragments each read into the registers of the one it replaces
+    after the publish, the epilogue after the last tile with the thread index made again, the K-tail
+    tiles' columns made again, and the two scale_inv (each operand its own, 0.5 - 1.5) by scalar loads:
+    tiles along M with an edge (800 rows), the loop's pairs, the odd tile, the peel and a K tail; and one
+    whole tile with 6 K tiles."""
+    assert cfg in family.BACKED
+    k = k_tiles * cfg.tile_k - (0 if m == 384 else cfg.tile_k - 3 * _k_unit(cfg))
+    _run_and_check(cfg, m, n, k, 0.5, 0.75)

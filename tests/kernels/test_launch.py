@@ -134,9 +134,9 @@ def test_select_picks_a_backed_config(fmt: Format, tile_k: int, k_major: tuple[b
 )
 def test_select_takes_384_x_256_where_its_rounds_move_fewer_bytes(m: int, n: int, tile_m: int) -> None:
     """bf16 and fp16 in TN, NN and NT into the activation dtype (the 384 x 256 configs), with TE's fused
-    epilogues of each layout (bias / GELU in TN, dGELU in NN) too; an fp32 output, whose 384 x 256
-    epilogue spilled, and wgrad's bgrad, whose row sums spilled in its K loop (docs/kernels.md), keep
-    256 x 256."""
+    epilogues of each layout (bias / GELU in TN, dGELU in NN) too, and FP8's recipe pairs; an fp32
+    output, whose 384 x 256 epilogue spilled, and wgrad's bgrad, whose row sums spilled in its K loop
+    (docs/kernels.md), keep 256 x 256."""
     fused = {(True, True): ("bias", "gelu", "bias_gelu"), (True, False): ("dgelu", "dgelu_bgrad"), (False, False): ()}
     for fmt in (Format.BF16, Format.FP16):
         for (lk, rk), epilogues in fused.items():
@@ -147,6 +147,19 @@ def test_select_takes_384_x_256_where_its_rounds_move_fewer_bytes(m: int, n: int
             assert select.select(dataclasses.replace(cfg, out_format=Format.FP32), m, n, 4096).tile_m == 256
     bgrad = KernelConfig(Format.BF16, Format.BF16, False, False, Format.BF16, "bgrad")
     assert select.select(bgrad, m, n, 4096).tile_m == 256
+    # FP8 (TN): the pairs TE's recipes multiply (lhs E4M3 or HYBRID's E5M2 gradient, rhs E4M3) into bf16
+    # or fp16, plain; its fused epilogues, an fp32 output and the other pairs keep 256 x 256.
+    e4, e5 = Format.FP8_E4M3, Format.FP8_E5M2
+    for lhs, rhs, out, epi, wide in [
+        (e4, e4, Format.BF16, "plain", True),
+        (e5, e4, Format.FP16, "plain", True),
+        (e4, e4, Format.BF16, "bias_gelu", False),
+        (e5, e4, Format.BF16, "dgelu", False),
+        (e4, e4, Format.FP32, "plain", False),
+        (e4, e5, Format.BF16, "plain", False),
+    ]:
+        got = select.select(KernelConfig(lhs, rhs, True, True, out, epi), m, n, 4096)
+        assert got in family.BACKED and got.tile_m == (tile_m if wide else 256), got.name
 
 
 def test_select_ignores_k() -> None:

@@ -440,6 +440,9 @@ class _Plan(NamedTuple):
     wave_base: fx.Int32  # the wave's first LDS element of a stage
     share: int  # transfers a run sharing one M0
     bias: int  # elements the buffer starts before the operand
+    # K-major with ``_a_in_place``: each transfer's swizzle row and the lane's K column of it, made again
+    # for each K-tail tile (:meth:`_Fill._issuers`) instead of held across the K loop
+    column: tuple[list[int], Callable[[int, fx.Int32], fx.Int32]] | None = None
 
 
 class Transfers(list):
@@ -537,7 +540,14 @@ class _Fill:
         # K-major: a wave's loads cover whole swizzle periods of rows (checked in ``geometry``), so load
         # ``i``'s row within the period, and with it the lane's K column, depends on ``i`` alone.
         period = _K_MAJOR_SWIZZLE_ROWS
+
+        def column(at: int, lane: fx.Int32) -> fx.Int32:
+            """The lane's K column in a load at row ``at`` of the swizzle period."""
+            lane_row = (lane * vec // tile_k + at) % period
+            return fx.get_scalar(fx.crd2idx((lane_row, lane * vec % tile_k), layout)) % tile_k
+
         columns: dict[int, fx.Int32] = {}
+        ats: list[int] = []
         plan = []
         for i in range_constexpr(loads):
             pos = ((wave * loads + i) * WAVE_SIZE + lane) * vec  # LDS element this lane's 16 bytes land on
@@ -546,9 +556,9 @@ class _Fill:
                 # column stored at ``pos`` is where ``(r, pos % tile_k)`` maps to.
                 r = pos // tile_k
                 at = i * step // tile_k % period
+                ats.append(at)
                 if at not in columns:
-                    lane_row = (lane * vec // tile_k + at) % period
-                    columns[at] = fx.get_scalar(fx.crd2idx((lane_row, lane * vec % tile_k), layout)) % tile_k
+                    columns[at] = column(at, lane)
                 c = columns[at]
             elif const_expr(_kouter_width(rows_tile) == rows_tile):
                 c = _kouter_k_of_lds_row(pos // rows_tile, p.elem_bytes)
@@ -580,7 +590,8 @@ class _Fill:
         span = fx.get_scalar(fx.cosize(fx.get_layout(operand)))
         records = fx.Int64(span) * p.elem_bytes + bias * p.elem_bytes
         src = fx.rocdl.make_buffer_tensor(based, num_records_bytes=records)
-        return _Plan(src, view, plan, rows, ld, k_major, wave_base, share, bias)
+        again = (ats, column) if const_expr(k_major and _a_in_place(p)) else None
+        return _Plan(src, view, plan, rows, ld, k_major, wave_base, share, bias, again)
 
     def _k_outer_tile(self, operand: fx.Tensor, ld: fx.Int32, k_tile: fx.Int32 | int, bias: int) -> fx.Tensor:
         """A K-outer operand's buffer for K tile ``k_tile``: based at the tile's first K row and holding the
@@ -638,7 +649,7 @@ class _Fill:
         M0 write and LLVM's own select (:meth:`_offset`), and the next select goes out a transfer
         earlier: each gap between two MFMAs holds a transfer and one asm select or a run's M0 and
         select (the tile's first both)."""
-        src, view, loads, rows, ld, k_major, wave_base, share, bias = plan
+        src, view, loads, rows, ld, k_major, wave_base, share, bias, again = plan
         p = self.p
         made: list[tuple] = []
         k_outer = p.pinned and not k_major and not whole
@@ -659,23 +670,33 @@ class _Fill:
                 base, first, *tail = self._here(k_tile, [wave_base, first] + ([] if whole else [k_tile]))
                 here = tail[0] if tail else k_tile
                 buffer = self._k_outer_tile(view, ld, here, bias) if const_expr(k_outer) else src
-                made.append((buffer, here * p.tile_k, first, base))
+                columns = {}
+                if const_expr(again is not None and ahead):
+                    ats, column = again
+                    lane = _lane_again()
+                    columns = {at: column(at, lane) for at in dict.fromkeys(ats)}
+                made.append((buffer, here * p.tile_k, first, base, columns))
 
         def tile() -> tuple:
-            """The tile's (source buffer, first K, scalar offset, wave's LDS base), made by its first
-            transfer unless prepared."""
+            """The tile's (source buffer, first K, scalar offset, wave's LDS base, K columns made again by
+            K-tail column, ``_Plan.column``), made by its first transfer unless prepared."""
             prepare()
             return made[0]
 
+        def load(i: int) -> tuple:
+            """Transfer ``i``'s (offset at K tile 0, global row, K column), the column made again if so planned."""
+            columns = tile()[4]
+            return (*loads[i][:2], columns[again[0][i]]) if const_expr(bool(columns)) else loads[i]
+
         def issue(i: int) -> None:
-            buffer, k0, first, base = tile()
+            buffer, k0, first, base, _ = tile()
             if const_expr(i in offsets):
                 offset = offsets.pop(i)
             else:
-                offset = self._offset(k0, rows, ld, k_major, whole, i % share == 0, *loads[i])
+                offset = self._offset(k0, rows, ld, k_major, whole, i % share == 0, *load(i))
             later = i + 1 if (i + 1) % share else i + 2  # the next transfer whose select goes ahead
             if const_expr(ahead and later < len(loads) and later not in offsets):
-                offsets[later] = self._offset(k0, rows, ld, k_major, whole, False, *loads[later])
+                offsets[later] = self._offset(k0, rows, ld, k_major, whole, False, *load(later))
             self._issue(lds_stage, buffer, first, base, i, share, offset)
 
         shared = k_outer or self._in_loop(k_tile)
@@ -757,6 +778,21 @@ def _k_tail_select(inside: fx.Boolean, offset: fx.Int32, oob: int) -> fx.Int32:
     return fx.Int32(llvm.inline_asm(i32, values, "v_cndmask_b32 $0, $1, $2, $3", "=v,v,v,s", has_side_effects=True))
 
 
+def _lane_again() -> fx.Int32:
+    """The lane's index in its wave, made where it is used (``_a_in_place``): ``v_mbcnt`` of all lanes below
+    it, in an asm statement that LLVM neither merges with the kernel's thread index nor moves."""
+    text = "v_mbcnt_lo_u32_b32 $0, -1, 0\nv_mbcnt_hi_u32_b32 $0, -1, $0"
+    return fx.Int32(llvm.inline_asm(fx.Int32.ir_type, [], text, "=v", has_side_effects=True))
+
+
+def _thread_again(wave_first: fx.Int32, threads: int) -> fx.Int32:
+    """The thread's index made again after the K loop (``_a_in_place``): its wave's first thread
+    (``wave_first``, uniform, in a scalar register) plus :func:`_lane_again`. The mask changes no value
+    (``threads`` is a power of two); it tells LLVM the index is small and not negative, without which the
+    epilogue's divisions by the tile's shape took signed 16-bit arithmetic."""
+    return (wave_first + _lane_again()) & (threads - 1)
+
+
 def _sync() -> None:
     """Publish the DMA'd tile to every wave, and prove every wave has finished reading the stage the next
     fill overwrites (fp32's loop, and the first tile of the others)."""
@@ -828,10 +864,13 @@ class _Mma:
         # B fragment j + b_ahead is read at B repetition j's start, and the hand-over starts b_ahead
         # repetitions before the tile's end. Two ahead gives the next tile's first
         # reads, issued after the publish, a whole repetition (8 MFMAs) to land; one ahead left them the
-        # last 3 MFMAs, and each tile's first MFMA waited about 200 clocks for them (docs/kernels.md).
+        # last 3 MFMAs, and each tile's first MFMA waited about 200 clocks for them (docs/kernels.md). With A
+        # read in place (``_a_in_place``) the next tile's A fragments have their own slots, 6 MFMAs and more
+        # before their first use, and one ahead is what fits: two ahead, 8 VGPRs more, spilled 31 registers.
         b_reps = fx.size(self.frag_lhs.shape[1]).get_static_leaf_int
         self.rotate_b = _rotates_b(p)
-        self.b_ahead = 2 if self.rotate_b and b_reps > 2 else 1
+        self.vgpr_acc, self.a_in_place = _vgpr_acc(p), _a_in_place(p)
+        self.b_ahead = 2 if self.rotate_b and b_reps > 2 and not self.a_in_place else 1
         out_tile = fx.make_view(fx.get_iter(o_buf), fx.make_layout((p.tile_n, p.tile_m), (1, p.tile_n)))
         self.acc = self.thr_mma.make_fragment_C(out_tile)
         self.frag_rhs_copy = self.thr_copy_rhs.retile(self.frag_rhs)
@@ -942,7 +981,7 @@ class _Mma:
         # tile), and their operands taken at once: held as fragments across the epilogue's beta branches,
         # 8-bit ones went to one register a byte, put back together by VALU before each MFMA.
         taken = {} if const_expr(bool(epilogue) and rot) else None
-        hand_over, early = [], []
+        hand_over, early, a_first, publish_head = [], [], [], []
         if const_expr(next_stage is not None):
             if const_expr(bool(fills) and rot):
                 # B rotating: the last chunk's A (rhs) fragments were all read before it started, so
@@ -960,7 +999,19 @@ class _Mma:
                 # scalar work (bf16 NN as an issuer of its own: 1.017 -> 1.020 the floor).
                 hand_over = [_release, *fills]
             # The peel refills nothing: no release either.
-            hand_over += [functools.partial(_publish, len(fills)), *self.first_reads(next_stage)]
+            first = self.first_reads(next_stage)
+            if const_expr(self.a_in_place):
+                # A in place (``_a_in_place``): the publish goes before lhs's refill (its count: rhs's refill,
+                # issued early), at the hand-over's head, so the next tile's A fragments can be read in the
+                # last B repetition, each after the last MFMA that reads the one it replaces (``a_first``,
+                # placed in the last chunk below); its first B fragment goes among the refill.
+                a_first, first = first[:a_reps], first[a_reps:]
+                refill = list(lhs) if fills else []
+                publish_head = hand_over[: len(hand_over) - len(refill)]
+                publish_head.append(functools.partial(_publish, len(fills) - len(refill)))
+                hand_over = [*publish_head, *self._interleave(refill, first)]
+            else:
+                hand_over += [functools.partial(_publish, len(fills)), *first]
         # Where the hand-over starts in the last K chunk. With a refill: as soon as this tile's stage is
         # read (two chunks: the chunk's start; B rotating: B repetition b_reps - b_ahead). The peel has none to
         # hurry, and its publish waits for the last tile to land: as late as leaves the last tile's first
@@ -970,6 +1021,12 @@ class _Mma:
             at = (b_reps - self.b_ahead) * a_reps if rot else 0
         else:
             at = max(0, a_reps * b_reps - len(hand_over) - _LAND_MFMAS)
+        # A in place: the next tile's A fragment i right after MFMA last_rep + i, the last that reads the one
+        # it replaces, with one MFMA between (as MXFP8's words: :meth:`_in_place`); the last two go after the
+        # tile. The publish, one gap a head issuer from ``at``, must come first.
+        last_rep = (b_reps - 1) * a_reps
+        if const_expr(bool(a_first)):
+            at = min(at, last_rep + 2 - len(publish_head))
         # The epilogue's groups (the last tile): group g's head (its loads and fence) with the first MFMA of
         # group g + 1, then its blocks one an MFMA, so the VALU work of the stores fills the MFMAs' shadow
         # (a whole group at once left the XDL idle while it issued, and the next group's MFMAs back to
@@ -1036,6 +1093,11 @@ class _Mma:
                     hand_over = self._interleave(hand_over, sums_at[kc])
                 else:
                     upcoming.append((0, sums_at[kc]))
+                if const_expr(bool(a_first)):
+                    head = len(publish_head)
+                    upcoming += [(at, publish_head, at + head), (at + head, hand_over[head:])]
+                    upcoming += [(last_rep + i + 2, [issue], last_rep + i + 3) for i, issue in enumerate(a_first)]
+                    hand_over = []
                 upcoming += [(0, dmas, len(dmas) + 1), (a_reps, early, at), (at, hand_over), *self._in_place(reads)]
             mfma.gemm(
                 self.acc,
@@ -1128,11 +1190,13 @@ class _Mma:
 def _scale_invs(p: GemmParams, lhs_scale: fx.Tensor, rhs_scale: fx.Tensor) -> tuple[fx.Float32, fx.Float32] | None:
     """FP8's two per-tensor scale_inv, loaded before tile 0's DMA (None for the other formats: MXFP8's
     block scales are applied by the MFMAs). Loaded after the K loop, as they were, vmcnt's issue order made
-    their wait a wait for the DMA issued past K as well: 375 clocks before the first output store."""
+    their wait a wait for the DMA issued past K as well: 375 clocks before the first output store. Scalar
+    loads (they are uniform): as VGPRs they were held across the K loop, where FP8's 384 x 256 has none to
+    spare, and ``gemm_kernel`` takes them where the first two tiles' DMAs are in flight."""
     if const_expr(p.scaled and not p.mx):
         sa = fx.rocdl.make_buffer_tensor(lhs_scale, max_size=False)
         sb = fx.rocdl.make_buffer_tensor(rhs_scale, max_size=False)
-        return sa[0], sb[0]
+        return tuple(rocdl.s_buffer_load(fx.get_iter(t), 0).bitcast(fx.Float32) for t in (sa, sb))
     return None
 
 
@@ -1205,6 +1269,9 @@ def gemm_kernel(
     extras = _epilogue_buffers(p, bias, aux, partials)
     fill = _Fill(p, wg, lds, lhs, rhs, m, n, k, ld_lhs, ld_rhs)
     mma = _Mma(p, tiled_mma, tid, lds, o_buf, elem_a, elem_b)
+    wave_first = None  # A in place: the wave's first thread, in a scalar register (``_thread_again``)
+    if const_expr(mma.a_in_place):
+        wave_first = fx.Int32(rocdl.readfirstlane(fx.Int32.ir_type, fx.Int32(tid // WAVE_SIZE * WAVE_SIZE)))
     # Stage 5, the K loop. Ping-pong, two tiles ahead: tile t + 2 refills tile t's stage once every wave is
     # done reading it (the release), before the wait for tile t + 1 (the publish). Inside the runtime loops
     # and branches only these plain names are called: FlyDSL carries every local whose method is called
@@ -1270,6 +1337,10 @@ def gemm_kernel(
             for issue in tile_1:
                 issue()
             mma.zero()
+            if const_expr(scale_invs is not None):
+                # Landed here, behind the first two tiles' DMAs and inside their wait: LLVM otherwise sank
+                # the scalar loads to their use after the K loop, and the epilogue waited for them.
+                scale_invs = tuple(fx.Float32(v) for v in mfma.fence([fx.as_ir_value(v) for v in scale_invs], "s", 0))
             publish(len(tile_1))
             mma.issue_first_reads(0)  # each tile's hand-over reads the next tile's first fragments
         else:
@@ -1322,12 +1393,14 @@ def gemm_kernel(
     # and so do the other fused epilogues on 384 x 256 (two chunks, B rotating, accumulators past the
     # AGPRs): among the last tile's MFMAs they go by row groups, whose bias (a block for every column
     # group: 32 VGPRs), aux loads and GELU temporaries sat beside the rotating B fragments and the 128
-    # VGPR accumulators and spilled 20 - 28 registers; after it, by column groups, they fit. bgrad's row
+    # VGPR accumulators and spilled 20 - 28 registers; after it, by column groups, they fit. FP8 on 384 x
+    # 256 (``_a_in_place``) stores after it too: its row groups would hold all 12 B fragments, 96 VGPRs. bgrad's row
     # sums run among the last tile's MFMAs as among every tile's, and are stored after them.
     scale = _output_scale(alpha, scale_invs)
-    tile = (p, mma.acc, mma.thr_mma, o_buf, extras, row0, col0, bm, m, n, ld_out, scale, beta)
+    thr_mma = tiled_mma.thr_slice(_thread_again(wave_first, p.threads)) if const_expr(mma.a_in_place) else mma.thr_mma
+    tile = (p, mma.acc, thr_mma, o_buf, extras, row0, col0, bm, m, n, ld_out, scale, beta)
     fused = p.epi_bias or p.epi_gelu or p.epi_dgelu
-    overlap = p.pinned and (mma.k_chunks > 1 or not p.epi_colsum) and not (fused and mma.k_chunks > 1 and mma.rotate_b)
+    overlap = p.pinned and (mma.k_chunks > 1 or not p.epi_colsum) and not (mma.vgpr_acc and (fused or mma.a_in_place))
     if const_expr(not overlap):
         multiply(last_stage, words)
         if const_expr(p.epi_rowsum) and bn == 0:
@@ -1394,8 +1467,27 @@ def _rotates_b(p: GemmParams) -> bool:
     (one K chunk; or accumulators past the AGPRs, whose arch VGPRs leave no room for two chunks' fragments),
     and its epilogue among the last tile's MFMAs runs by row groups (the fused ones on 384 x 256 store
     after it: ``gemm_kernel``)."""
+    return p.tile_k == p.mma_k or _vgpr_acc(p)
+
+
+def _vgpr_acc(p: GemmParams) -> bool:
+    """Whether the tile's accumulators pass the AGPRs (384 x 256: 128 of them in arch VGPRs)."""
     a_reps, b_reps = p.tile_n // (p.n_waves * 16), p.tile_m // (p.m_waves * 16)
-    return p.tile_k == p.mma_k or mfma.acc_file(a_reps - 1, b_reps - 1, a_reps) == "v"  # its last block
+    return mfma.acc_file(a_reps - 1, b_reps - 1, a_reps) == "v"  # its last block
+
+
+def _a_in_place(p: GemmParams) -> bool:
+    """One K chunk with accumulators past the AGPRs (FP8 on 384 x 256). Its 32-byte fragments are 8 VGPRs
+    each, and the loop's arch VGPRs hold 128 accumulators beside them: compiled like 256 x 256, it spilled
+    624 registers. What makes it fit, each a step the spills asked for (docs/kernels.md):
+
+    * the next tile's A fragments read each where the one it replaces is dead, after the publish, which
+      moves to the hand-over's head (``_Mma.multiply``), and B read one repetition ahead (``b_ahead``);
+    * the epilogue after the last tile (``gemm_kernel``; among the MFMAs it needs all 12 B fragments);
+    * what the epilogue and the K-tail refills need of the thread index made again after the loop
+      (``_thread_again``, ``_Plan.column``) and the scale_inv in scalar registers (``_scale_invs``), not
+      held across the loop."""
+    return p.tile_k == p.mma_k and _vgpr_acc(p)
 
 
 def make_tiled_mma(p: GemmParams) -> fx.TiledMma:
