@@ -14,7 +14,8 @@ from .kernels.config import KernelConfig
 
 def _family() -> tuple[KernelConfig, ...]:
     """Every per-tensor config of the family: 256 x 256 tiles for every kind, 128 x 128 for 16-bit and
-    FP8 TN, 384 x 256 for bf16 and fp16 (TN, NN, NT) into the activation dtype.
+    FP8 TN, 384 x 256 for bf16 and fp16 (TN, NN, NT) into the activation dtype and FP8's recipe pairs
+    into bf16 / fp16 (:func:`_wide`).
 
     256 x 256 runs on 4 waves (2 x 2 waves of 128 x 128: 256 accumulators per lane, pinned in AGPRs,
     kernels/mfma.py) for bf16, fp16 and FP8, and on 8 waves (2 x 4, 128 accumulators per lane) for
@@ -28,9 +29,10 @@ def _family() -> tuple[KernelConfig, ...]:
     bytes for 1.5x its FLOPs: 384 accumulators a lane, 256 in AGPRs and 128 in arch VGPRs
     (``mfma.acc_file``), with B fragments read two repetitions ahead inside each K chunk to make room
     (``gemm._rotates_b``), the K-outer fragment reads four repetitions apart sharing an address
-    (``gemm._rep_sources``), and all 160 KiB of LDS. An fp32 output (wgrad into main_grad) spilled 12
-    registers in its epilogue, FP8's and MXFP8's wide tiles are not built: each config costs about 9 s
-    of the cold ``precompile`` (docs/kernels.md, "384 x 256: fewer bytes a FLOP").
+    (``gemm._rep_sources``), and all 160 KiB of LDS. FP8's (one K chunk of 8-VGPR fragments) reads the
+    next tile's A in place (``gemm._a_in_place``). An fp32 output (wgrad into main_grad) spilled 12
+    registers in its epilogue; MXFP8's wide tile is not built. Each config costs about 7 - 10 s of the
+    cold ``precompile`` (docs/kernels.md, "384 x 256: fewer bytes a FLOP", "FP8 on 384 x 256").
     """
     F = Format
     out = [F.FP32, F.BF16, F.FP16]
@@ -71,7 +73,7 @@ def _mx_family() -> tuple[KernelConfig, ...]:
 
 def _epilogue_family() -> tuple[KernelConfig, ...]:
     """The fused epilogues (kernels/epilogue.py) in the combinations TE issues, on the 256 x 256 tiles
-    (the 16-bit fprop and dgrad ones on 384 x 256 too: :func:`_wide`).
+    (the 16-bit fprop and dgrad ones on 384 x 256 too: :func:`_wide`; FP8's are not).
 
     TE's fprop (TN) takes ``bias`` / ``gelu`` / ``bias_gelu`` and its dgrad (NN) ``dgelu`` /
     ``dgelu_bgrad``, always with the output in the activation dtype: bf16 -> bf16, fp16 -> fp16,

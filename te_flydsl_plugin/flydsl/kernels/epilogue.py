@@ -103,8 +103,8 @@ def dgelu(x: fx.Vector) -> fx.Vector:
 def store_tile(p, acc, thr_mma, o_buf, extras, row0, col0, bm, m, n, ld_out, scale, beta, reads_out):
     """The epilogue of this thread's accumulators after the K loop: every column group of
     :func:`store_groups` in turn (fp32, on LLVM's own MFMAs, bgrad, whose row sums read the last tile after
-    its MFMAs, the one-chunk dgelu_bgrad, whose column sums span the row groups, and the fused epilogues
-    on 384 x 256, which spilled among the MFMAs). The others run the groups among their last tile's MFMAs
+    its MFMAs, the one-chunk dgelu_bgrad, whose column sums span the row groups, and on 384 x 256 the fused
+    epilogues and FP8's, which spilled among the MFMAs). The others run the groups among their last tile's MFMAs
     (``gemm._Mma.multiply``)."""
     if const_expr(p.pinned):
         # MFMA results -> the reads: the wait states the compiler cannot see (kernels/mfma.py), for all

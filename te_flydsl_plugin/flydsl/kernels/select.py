@@ -22,8 +22,8 @@ default tiles) and its M, N, K. The answer is always a config of the family:
    Nothing was measured on gfx950: ``te-flydsl-plugin bench`` on hardware decides. 128 x 128 tiles
    run on 4 waves too (2 x 2 waves of 64 x 64; two workgroups a CU, so two waves a SIMD: family.py).
 4. Where a 384 x 256 config of the kind is backed (bf16 and fp16, TN, NN and NT, into the activation
-   dtype, also with TE's fprop and dgrad fused epilogues: 384 accumulators a lane, 128 of them in arch
-   VGPRs, kernels/mfma.py), it replaces 256 x 256
+   dtype, also with TE's fprop and dgrad fused epilogues; FP8's recipe pairs into bf16 / fp16: 384
+   accumulators a lane, 128 of them in arch VGPRs, kernels/mfma.py), it replaces 256 x 256
    when its rounds of ``CUS`` workgroups times its bytes a K step, ``tile_m + tile_n`` rows, come out
    smaller: the tiles are fabric-bound in the timing model (docs/perf-model.md), so a round takes about
    its bytes, and 384 x 256 moves 1.25x the bytes for 1.5x the FLOPs, but more of its last round can
