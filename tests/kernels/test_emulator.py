@@ -233,37 +233,31 @@ def test_strided_output_view() -> None:
 
 
 @pytest.mark.parametrize(("m", "n", "k_tiles"), [(800, 300, 7), (384, 256, 6)], ids=["edges-7tiles", "whole-6tiles"])
-@pytest.mark.parametrize("majors", [(True, True), (True, False), (False, False)], ids=["TN", "NN", "NT"])
-def test_384_x_256_runs_its_vgpr_accumulators_and_rotating_b(m: int, n: int, k_tiles: int, majors: tuple) -> None:
-    """bf16 384 x 256 (family.py): 384 accumulators a lane, the last 128 in arch VGPRs (``mfma.acc_file``),
-    and B (lhs) fragments read two repetitions ahead inside each of a tile's two K chunks
-    (``gemm._rotates_b``), with K-major and K-outer operands (the K-outer repetitions four apart sharing
-    one address: ``gemm._rep_sources``): tiles along M with an edge (800 rows: two whole tiles and 32
-    rows), the loop's pairs, the odd tile, the peel and a K tail; and one whole tile with 6 K tiles, no
-    tail."""
-    cfg = KernelConfig(Format.BF16, Format.BF16, *majors, Format.BF16, tile_m=384, waves=4)
-    assert cfg in family.BACKED
-    m, n = _fit(m, cfg, cfg.lhs_k_major), _fit(n, cfg, cfg.rhs_k_major)
-    k = k_tiles * cfg.tile_k - (0 if m == 384 else cfg.tile_k - 3 * _k_unit(cfg))
-    _run_and_check(cfg, m, n, k, 0.5, 0.75)
-
-
-@pytest.mark.parametrize(("m", "n", "k_tiles"), [(800, 300, 7), (384, 256, 6)], ids=["edges-7tiles", "whole-6tiles"])
 @pytest.mark.parametrize(
     "cfg",
     [
+        *(
+            KernelConfig(Format.BF16, Format.BF16, lk, rk, Format.BF16, tile_m=384)
+            for lk, rk in ((True, True), (True, False), (False, False))  # TN, NN, NT
+        ),
         KernelConfig(Format.FP8_E4M3, Format.FP8_E4M3, True, True, Format.BF16, tile_m=384, tile_k=128),
         KernelConfig(Format.FP8_E5M2, Format.FP8_E4M3, True, True, Format.FP16, tile_m=384, tile_k=128),
     ],
     ids=lambda c: c.name,
 )
-def test_fp8_384_x_256_reads_a_in_place(cfg: KernelConfig, m: int, n: int, k_tiles: int) -> None:
-    """FP8 on 384 x 256 (``gemm._a_in_place``): one K chunk with 128 accumulators in arch VGPRs, B one
-    repetition ahead, the next tile's A fragments each read into the registers of the one it replaces
-    after the publish, the epilogue after the last tile with the thread index made again, the K-tail
-    tiles' columns made again, and the two scale_inv (each operand its own, 0.5 - 1.5) by scalar loads:
-    tiles along M with an edge (800 rows), the loop's pairs, the odd tile, the peel and a K tail; and one
-    whole tile with 6 K tiles."""
+def test_384_x_256_runs_its_vgpr_accumulators_and_rotating_b(cfg: KernelConfig, m: int, n: int, k_tiles: int) -> None:
+    """384 x 256 (family.py): 384 accumulators a lane, the last 128 in arch VGPRs (``mfma.acc_file``), and
+    B (lhs) fragments read ahead of their MFMAs (``gemm._rotates_b``): tiles along M with an edge (800
+    rows: two whole tiles and 32 rows), the loop's pairs, the odd tile, the peel and a K tail; and one
+    whole tile with 6 K tiles, no tail.
+
+    bf16 in TN, NN and NT: two repetitions ahead inside each of a tile's two K chunks, with K-major and
+    K-outer operands (the K-outer repetitions four apart sharing one address: ``gemm._rep_sources``).
+    FP8 (``gemm._a_in_place``): one K chunk, B one repetition ahead, the next tile's A fragments each read
+    into the registers of the one it replaces after the publish, the epilogue after the last tile with
+    the thread index made again, the K-tail tiles' columns made again, and the two scale_inv (each
+    operand its own, 0.5 - 1.5) by scalar loads."""
     assert cfg in family.BACKED
+    m, n = _fit(m, cfg, cfg.lhs_k_major), _fit(n, cfg, cfg.rhs_k_major)
     k = k_tiles * cfg.tile_k - (0 if m == 384 else cfg.tile_k - 3 * _k_unit(cfg))
     _run_and_check(cfg, m, n, k, 0.5, 0.75)

@@ -1093,12 +1093,12 @@ class _Mma:
                     hand_over = self._interleave(hand_over, sums_at[kc])
                 else:
                     upcoming.append((0, sums_at[kc]))
+                placed = [(at, hand_over)]
                 if const_expr(bool(a_first)):
                     head = len(publish_head)
-                    upcoming += [(at, publish_head, at + head), (at + head, hand_over[head:])]
-                    upcoming += [(last_rep + i + 2, [issue], last_rep + i + 3) for i, issue in enumerate(a_first)]
-                    hand_over = []
-                upcoming += [(0, dmas, len(dmas) + 1), (a_reps, early, at), (at, hand_over), *self._in_place(reads)]
+                    placed = [(at, publish_head, at + head), (at + head, hand_over[head:])]
+                    placed += [(last_rep + i + 2, [issue], last_rep + i + 3) for i, issue in enumerate(a_first)]
+                upcoming += [(0, dmas, len(dmas) + 1), (a_reps, early, at), *placed, *self._in_place(reads)]
             mfma.gemm(
                 self.acc,
                 self.frag_rhs[None, None, kc],
@@ -1394,8 +1394,8 @@ def gemm_kernel(
     # AGPRs): among the last tile's MFMAs they go by row groups, whose bias (a block for every column
     # group: 32 VGPRs), aux loads and GELU temporaries sat beside the rotating B fragments and the 128
     # VGPR accumulators and spilled 20 - 28 registers; after it, by column groups, they fit. FP8 on 384 x
-    # 256 (``_a_in_place``) stores after it too: its row groups would hold all 12 B fragments, 96 VGPRs. bgrad's row
-    # sums run among the last tile's MFMAs as among every tile's, and are stored after them.
+    # 256 (``_a_in_place``) stores after it too: its row groups would hold all 12 B fragments, 96 VGPRs.
+    # bgrad's row sums run among the last tile's MFMAs as among every tile's, and are stored after them.
     scale = _output_scale(alpha, scale_invs)
     thr_mma = tiled_mma.thr_slice(_thread_again(wave_first, p.threads)) if const_expr(mma.a_in_place) else mma.thr_mma
     tile = (p, mma.acc, thr_mma, o_buf, extras, row0, col0, bm, m, n, ld_out, scale, beta)
