@@ -7,6 +7,7 @@ instruction its address and encoding for error and hazard reports.
 
 from __future__ import annotations
 
+import functools
 import re
 import struct
 from collections.abc import Collection
@@ -88,6 +89,9 @@ def _is_branch(opcode: str) -> bool:
 
 
 def _split_top(text: str, sep: str) -> list[str]:
+    """``text`` split at each ``sep`` outside brackets and parentheses."""
+    if "[" not in text and "(" not in text:
+        return text.split(sep)  # the same pieces, and most operand lists have no brackets
     parts, depth, cur = [], 0, []
     for ch in text:
         if ch in "[(":
@@ -103,8 +107,12 @@ def _split_top(text: str, sep: str) -> list[str]:
     return parts
 
 
+@functools.lru_cache(maxsize=4096)
 def parse_operand(tok: str) -> Operand:
-    """Parse one operand token as LLVM prints it (``v[2:5]``, ``-|v1|``, ``0x7c``, ``1.0``, ``vcc``...)."""
+    """Parse one operand token as LLVM prints it (``v[2:5]``, ``-|v1|``, ``0x7c``, ``1.0``, ``vcc``...).
+
+    Cached: a kernel's few thousand distinct tokens recur across its instructions, and an
+    :class:`Operand` is immutable, so instructions can share one."""
     neg = absf = False
     if tok.startswith("-") and not re.match(r"^-\d", tok):
         neg, tok = True, tok[1:]

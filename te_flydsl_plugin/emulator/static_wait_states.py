@@ -96,6 +96,18 @@ def _prefixes(n: int, blocks: list[list[Inst]], preds: list[list[int]]) -> list[
     return sorted(out)
 
 
+def _head(block: list[Inst]) -> list[Inst]:
+    """The block's instructions that a prefix can still reach: those issued fewer than ``_REACH`` wait
+    states after the block's first. Past them every prefix's history is older than any rule looks back,
+    so the rest of the block replays the same way whatever came before it."""
+    got = 0
+    for n, inst in enumerate(block):
+        if got >= _REACH:
+            return block[:n]
+        got += wait_states(inst)
+    return block
+
+
 def check(insts: Sequence[Inst], kernel: str) -> list[Hazard]:
     """The wait-state hazards of one kernel's instructions (``decode_text``'s list for it), on every
     path through its basic blocks; one per instruction, in address order."""
@@ -105,10 +117,12 @@ def check(insts: Sequence[Inst], kernel: str) -> list[Hazard]:
     found: dict[int, Hazard] = {}
     for n, block in enumerate(blocks):
         inside = {i.address for i in block}
-        for prefix in _prefixes(n, blocks, preds):
+        head = _head(block)
+        for nth, prefix in enumerate(_prefixes(n, blocks, preds)):
             tracker = HazardTracker(kernel, "report", np.zeros(1, np.uint8))
             probe = _Probe()
-            for inst in [at[a] for a in prefix] + block:
+            # the first way in replays the whole block; the others only what they can still reach
+            for inst in [at[a] for a in prefix] + (head if nth else block):
                 tracker.wait_state_step(inst, _nothing)(probe)  # type: ignore[arg-type]
             for h in tracker.found:
                 if h.address in inside:

@@ -89,3 +89,15 @@ def test_the_longest_rule_reaches_across_blocks() -> None:
     assert _static(f"{big}\ns_nop 15\ns_cbranch_scc0 0\ns_nop 2\nv_mov_b32_e32 v40, a5") == []
     (hazard,) = _static(f"{big}\ns_nop 15\ns_cbranch_scc0 0\ns_nop 1\nv_mov_b32_e32 v40, a5")
     assert hazard[2].endswith("after 19 wait states, needs 20")
+
+
+def test_every_way_in_is_checked_as_far_as_it_reaches() -> None:
+    """A block with two ways in replays the whole block for its first and only its first
+    ``MAX_AFTER_MFMA`` + 1 wait states for the other (the rules look back no further). The taken branch
+    comes first and is clean; the fall-through carries a 16-pass MFMA to a read 19 wait states into the
+    block (20 needed): the farthest a hazard can sit, which the shorter replay must still reach."""
+    big = "v_mfma_f32_32x32x64_f8f6f4 a[0:15], v[16:23], v[24:31], 0"
+    asm = f"s_mov_b32 s0, 3\ns_cbranch_scc1 1\n{big}\ns_nop 15\ns_nop 2\nv_mov_b32_e32 v40, a5"
+    (hazard,) = _static(asm)
+    assert hazard[1] == 0x1000 + 8 * 5 and hazard[2].endswith("after 19 wait states, needs 20")
+    assert _static(asm.replace("s_nop 2", "s_nop 3")) == []
