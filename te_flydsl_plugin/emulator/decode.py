@@ -90,7 +90,7 @@ def _is_branch(opcode: str) -> bool:
 
 def _split_top(text: str, sep: str) -> list[str]:
     """``text`` split at each ``sep`` outside brackets and parentheses."""
-    if "[" not in text and "(" not in text:
+    if not any(b in text for b in "[]()"):
         return text.split(sep)  # the same pieces, and most operand lists have no brackets
     parts, depth, cur = [], 0, []
     for ch in text:

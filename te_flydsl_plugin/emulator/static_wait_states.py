@@ -73,6 +73,18 @@ def _predecessors(blocks: list[list[Inst]]) -> list[list[int]]:
     return preds
 
 
+def _within_reach(insts: Sequence[Inst], have: int) -> tuple[int, int]:
+    """How many of ``insts``, in order, are issued fewer than ``_REACH`` wait states after the first,
+    counting ``have`` already passed, and the wait states then passed. Walked backwards it is how far a
+    prefix reaches back; forwards, how far into a block a prefix still reaches."""
+    got = have
+    for n, inst in enumerate(insts):
+        if got >= _REACH:
+            return n, got
+        got += wait_states(inst)
+    return len(insts), got
+
+
 def _prefixes(n: int, blocks: list[list[Inst]], preds: list[list[int]]) -> list[tuple[int, ...]]:
     """Every distinct run of instructions (their addresses) that can come right before block ``n``,
     each reaching back ``_REACH`` wait states or to the kernel's entry."""
@@ -83,14 +95,8 @@ def _prefixes(n: int, blocks: list[list[Inst]], preds: list[list[int]]) -> list[
             out.add(tail)
             return
         for p in preds[block]:
-            taken: list[int] = []
-            got = have
-            for inst in reversed(blocks[p]):
-                taken.append(inst.address)
-                got += wait_states(inst)
-                if got >= _REACH:
-                    break
-            walk(p, tuple(reversed(taken)) + tail, got)
+            taken, got = _within_reach(blocks[p][::-1], have)
+            walk(p, tuple(i.address for i in blocks[p][len(blocks[p]) - taken :]) + tail, got)
 
     walk(n, (), 0)
     return sorted(out)
@@ -100,12 +106,7 @@ def _head(block: list[Inst]) -> list[Inst]:
     """The block's instructions that a prefix can still reach: those issued fewer than ``_REACH`` wait
     states after the block's first. Past them every prefix's history is older than any rule looks back,
     so the rest of the block replays the same way whatever came before it."""
-    got = 0
-    for n, inst in enumerate(block):
-        if got >= _REACH:
-            return block[:n]
-        got += wait_states(inst)
-    return block
+    return block[: _within_reach(block, 0)[0]]
 
 
 def check(insts: Sequence[Inst], kernel: str) -> list[Hazard]:
